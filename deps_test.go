@@ -1,0 +1,136 @@
+package kith
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/kithmesh/kith"
+
+// allowed lists, for each top-level package, the module packages it may
+// import (directly or not). Sub-packages inherit their parent's rules and
+// may import their own parent. A package not listed here fails the test,
+// so a new package needs a rule.
+var allowed = map[string][]string{
+	"crypto":    {},
+	"gpu":       {},
+	"protocol":  {"crypto"},
+	"store":     {"protocol", "crypto"},
+	"discovery": {"protocol", "crypto"},
+	"delegation": {
+		"protocol", "crypto", "store", "gpu",
+	},
+	"node": {"delegation", "discovery", "store", "protocol", "crypto", "gpu"},
+	"cmd":  {"node", "delegation", "discovery", "store", "protocol", "crypto", "gpu"},
+	"":     {}, // the module root (this package)
+}
+
+type goPackage struct {
+	ImportPath string
+	Deps       []string
+	Doc        string
+	Name       string
+	GoFiles    []string
+}
+
+func listPackages(t *testing.T) []goPackage {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []goPackage
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p goPackage
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("go list found no packages")
+	}
+	return pkgs
+}
+
+// topLevel maps ".../kith/store/x" to "store" and the module root to "".
+func topLevel(importPath string) string {
+	rel := strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
+	top, _, _ := strings.Cut(rel, "/")
+	return top
+}
+
+func TestImportDirection(t *testing.T) {
+	for _, problem := range importViolations(listPackages(t)) {
+		t.Error(problem)
+	}
+}
+
+// The checker itself must catch a violation and an unlisted package.
+func TestImportCheckerCatchesViolations(t *testing.T) {
+	pkgs := []goPackage{
+		{ImportPath: module + "/crypto", Deps: []string{module + "/protocol", "fmt"}},
+		{ImportPath: module + "/protocol/pb", Deps: []string{module + "/protocol", module + "/crypto"}},
+		{ImportPath: module + "/util", Deps: nil},
+	}
+	got := importViolations(pkgs)
+	if len(got) != 2 {
+		t.Fatalf("want 2 violations (crypto→protocol, unlisted util), got %q", got)
+	}
+}
+
+func importViolations(pkgs []goPackage) []string {
+	var problems []string
+	for _, p := range pkgs {
+		top := topLevel(p.ImportPath)
+		rules, ok := allowed[top]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s: top-level package %q has no import rule in deps_test.go", p.ImportPath, top))
+			continue
+		}
+		for _, dep := range p.Deps {
+			if dep != module && !strings.HasPrefix(dep, module+"/") {
+				continue
+			}
+			dt := topLevel(dep)
+			if dt == top {
+				continue // within the package's own tree
+			}
+			ok := false
+			for _, a := range rules {
+				if a == dt {
+					ok = true
+				}
+			}
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s imports %s: %q may not depend on %q (DESIGN.md, Module and packages)", p.ImportPath, dep, top, dt))
+			}
+		}
+	}
+	return problems
+}
+
+// Every package opens with a doc comment that says what it owns.
+func TestEveryPackageHasDocComment(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if len(p.GoFiles) == 0 {
+			continue
+		}
+		doc := strings.TrimSpace(p.Doc)
+		if doc == "" {
+			t.Errorf("%s has no package doc comment", p.ImportPath)
+			continue
+		}
+		want := "Package " + p.Name + " "
+		if p.Name == "main" {
+			want = "Command "
+		}
+		if !strings.HasPrefix(doc, want) {
+			t.Errorf("%s: doc comment should start with %q, got %q", p.ImportPath, want, doc)
+		}
+	}
+}
