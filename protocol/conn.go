@@ -1,0 +1,176 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/crypto"
+)
+
+// Stream is the byte stream a Conn runs over: a libp2p stream in a node, a
+// net.Pipe end in tests.
+type Stream interface {
+	io.Reader
+	io.Writer
+	Deadliner
+}
+
+// ErrTypeMismatch: the first message of a stream is not the type its
+// signed header announced.
+var ErrTypeMismatch = errors.New("protocol: first message does not match header type")
+
+// DefaultIOTimeout bounds every single frame read or write on a stream
+// unless the caller gives its own.
+const DefaultIOTimeout = 30 * time.Second
+
+// ConnOptions tune a Conn. The zero value is usable.
+type ConnOptions struct {
+	MaxFrame  int           // DefaultMaxFrame if 0
+	IOTimeout time.Duration // DefaultIOTimeout if 0; bounds each frame write and the Hello read
+	TTL       time.Duration // envelope header lifetime (opener); crypto.DefaultEnvelopeTTL if 0
+	MaxSkew   time.Duration // crypto.DefaultMaxSkew if 0
+	Now       func() time.Time
+}
+
+func (o ConnOptions) ioTimeout() time.Duration {
+	if o.IOTimeout <= 0 {
+		return DefaultIOTimeout
+	}
+	return o.IOTimeout
+}
+
+// Conn is one sealed stream: a clear-text Hello, then sealed frames, each
+// the encoding of one Message. One goroutine may Recv while others Send;
+// Sends are serialized.
+type Conn struct {
+	s      Stream
+	fr     *FrameReader
+	fw     *FrameWriter
+	opts   ConnOptions
+	header crypto.Header
+
+	wmu  sync.Mutex
+	seal func([]byte) ([]byte, error)
+	open func([]byte) ([]byte, error)
+}
+
+// Dial opens the sealed stream from id to remote over s and sends first as
+// its first message.
+func Dial(s Stream, id *crypto.Identity, remote peer.ID, first Message, opts ConnOptions) (*Conn, error) {
+	b, err := EncodeMessage(first)
+	if err != nil {
+		return nil, err
+	}
+	return DialEncoded(s, id, remote, first.Type(), b, opts)
+}
+
+// DialEncoded is Dial with the first message already encoded (a stored
+// offer, resent byte for byte so that its hash stays the same).
+func DialEncoded(s Stream, id *crypto.Identity, remote peer.ID, typ MessageType, first []byte, opts ConnOptions) (*Conn, error) {
+	ini, hello, err := crypto.Dial(id, remote, crypto.DialParams{Type: uint32(typ), TTL: opts.TTL, Now: opts.Now})
+	if err != nil {
+		return nil, err
+	}
+	c := newConn(s, opts)
+	c.header = ini.Header()
+	c.seal, c.open = ini.Seal, ini.Open
+	if err := WriteFrameDeadline(c.fw, s, opts.ioTimeout(), hello); err != nil {
+		return nil, fmt.Errorf("protocol: send hello: %w", err)
+	}
+	if err := c.SendEncoded(first); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Accept reads the Hello and the first message of a stream that remote
+// opened, checking the envelope (crypto.Accept) before decrypting anything.
+// It returns the first message and its exact plaintext bytes.
+func Accept(s Stream, id *crypto.Identity, remote peer.ID, replay crypto.ReplayCache, opts ConnOptions) (*Conn, Message, []byte, error) {
+	c := newConn(s, opts)
+	// The Hello is read with its own small cap: nothing is decrypted, and
+	// little is allocated, before the sender has been authenticated.
+	hello, err := ReadFrameDeadline(NewFrameReader(s, crypto.MaxHelloSize), s, opts.ioTimeout())
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("protocol: read hello: %w", err)
+	}
+	res, err := crypto.Accept(id, hello, crypto.AcceptParams{Remote: remote, Replay: replay, MaxSkew: opts.MaxSkew, Now: opts.Now})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c.header = res.Header()
+	c.seal, c.open = res.Seal, res.Open
+	first, raw, err := c.RecvRaw(opts.ioTimeout())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if uint32(first.Type()) != c.header.Type {
+		return nil, nil, nil, fmt.Errorf("%w: header says %d, got %s", ErrTypeMismatch, c.header.Type, first.Type())
+	}
+	return c, first, raw, nil
+}
+
+func newConn(s Stream, opts ConnOptions) *Conn {
+	return &Conn{
+		s:    s,
+		fr:   NewFrameReader(s, opts.MaxFrame),
+		fw:   NewFrameWriter(s, opts.MaxFrame),
+		opts: opts,
+	}
+}
+
+// IOTimeout is the bound on each frame write (and the default for reads).
+func (c *Conn) IOTimeout() time.Duration { return c.opts.ioTimeout() }
+
+// Header is the stream's verified envelope header.
+func (c *Conn) Header() crypto.Header { return c.header }
+
+// Send seals and writes one message, bounded by the I/O timeout.
+func (c *Conn) Send(m Message) error {
+	b, err := EncodeMessage(m)
+	if err != nil {
+		return err
+	}
+	return c.SendEncoded(b)
+}
+
+// SendEncoded seals and writes an already encoded message (a stored one,
+// resent byte for byte).
+func (c *Conn) SendEncoded(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	f, err := c.seal(b)
+	if err != nil {
+		return err
+	}
+	return WriteFrameDeadline(c.fw, c.s, c.opts.ioTimeout(), f)
+}
+
+// Recv reads, opens and decodes the next message, waiting at most timeout.
+func (c *Conn) Recv(timeout time.Duration) (Message, error) {
+	m, _, err := c.RecvRaw(timeout)
+	return m, err
+}
+
+// RecvRaw is Recv that also returns the message's plaintext encoding, for
+// transcripts and the event log.
+func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
+	f, err := ReadFrameDeadline(c.fr, c.s, timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	pt, err := c.open(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := DecodeMessage(pt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, pt, nil
+}

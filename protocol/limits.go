@@ -1,0 +1,31 @@
+package protocol
+
+// Limits on what one message may carry. Decoders reject anything above
+// them with ErrMalformed, and encoders refuse to produce it, so a value that
+// encodes here decodes on every peer of the same version. Strings are
+// counted in bytes. The frame cap (DefaultMaxFrame) bounds everything else,
+// e.g. the total size of a task's text.
+//
+// Raising a limit is a compatible change only for the side that receives;
+// lowering one can break old senders. Either is a protocol change: note it
+// in the history in doc.go.
+const (
+	MaxVersions         = 16   // versions in a query or an assertion
+	MaxProfiles         = 64   // profiles in an assertion, or wanted by a query
+	MaxProfileNameLen   = 64   // a profile name
+	MaxDescriptionLen   = 1024 // a profile's description
+	MaxSkills           = 64   // skills of one profile
+	MaxSkillLen         = 64   // one skill
+	MaxParts            = 256  // parts of a task, a status or a result
+	MaxRoleLen          = 32   // a task's A2A role
+	MaxFileNameLen      = 255  // a file part's name
+	MaxMediaTypeLen     = 255  // a file part's media type
+	MaxURILen           = 2048 // a file part's URI
+	MaxChain            = 32   // peers in an offer's chain
+	MaxHopLimit         = MaxChain
+	MaxPeerIDLen        = 64  // bytes of a peer ID; Ed25519 IDs take 38
+	MaxHandleLen        = 128 // a provider's delegation handle
+	MaxDeviceLen        = 128 // a lease's device name
+	MaxReasonLen        = 1024
+	MaxProgressPermille = 1000
+)

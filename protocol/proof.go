@@ -1,0 +1,167 @@
+package protocol
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol/pb"
+)
+
+// ResultProof is what a provider signs about a finished delegation. The
+// requester verifies it before marking the delegation completed, and anyone
+// holding the record can verify it again later.
+type ResultProof struct {
+	DelegationID     DelegationID
+	Requester        peer.ID
+	Provider         peer.ID  // the signer
+	OfferSHA256      [32]byte // SHA-256 of the offer frame's plaintext
+	TranscriptSHA256 [32]byte // SHA-256 over every frame's plaintext, in order
+	Usage            Usage
+	CompletedAt      time.Time
+	State            State // terminal
+}
+
+func (p *ResultProof) check() error {
+	if err := checkDelegationID("delegation_id", p.DelegationID); err != nil {
+		return err
+	}
+	if err := checkPeer("requester", p.Requester); err != nil {
+		return err
+	}
+	if err := checkPeer("provider", p.Provider); err != nil {
+		return err
+	}
+	if p.CompletedAt.IsZero() {
+		return invalid("completed_at_unix_ms", "missing")
+	}
+	if err := checkState("state", p.State); err != nil {
+		return err
+	}
+	if !p.State.Terminal() {
+		return invalid("state", "%s is not a terminal state", p.State)
+	}
+	return nil
+}
+
+func (p *ResultProof) toWire() (*pb.ResultProof, error) {
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return &pb.ResultProof{
+		DelegationId:      p.DelegationID[:],
+		Requester:         []byte(p.Requester),
+		Provider:          []byte(p.Provider),
+		OfferSha256:       p.OfferSHA256[:],
+		TranscriptSha256:  p.TranscriptSHA256[:],
+		Usage:             usageToWire(p.Usage),
+		CompletedAtUnixMs: timeToWire(p.CompletedAt),
+		State:             stateToWire(p.State),
+	}, nil
+}
+
+func resultProofFromWire(w *pb.ResultProof) (*ResultProof, error) {
+	id, err := delegationIDFromWire("delegation_id", w.GetDelegationId())
+	if err != nil {
+		return nil, err
+	}
+	requester, err := peerFromWire("requester", w.GetRequester())
+	if err != nil {
+		return nil, err
+	}
+	provider, err := peerFromWire("provider", w.GetProvider())
+	if err != nil {
+		return nil, err
+	}
+	offer, err := digestFromWire("offer_sha256", w.GetOfferSha256())
+	if err != nil {
+		return nil, err
+	}
+	transcript, err := digestFromWire("transcript_sha256", w.GetTranscriptSha256())
+	if err != nil {
+		return nil, err
+	}
+	state, err := stateFromWire("state", w.GetState())
+	if err != nil {
+		return nil, err
+	}
+	p := &ResultProof{
+		DelegationID:     id,
+		Requester:        requester,
+		Provider:         provider,
+		OfferSHA256:      offer,
+		TranscriptSHA256: transcript,
+		Usage:            usageFromWire(w.GetUsage()),
+		CompletedAt:      timeFromWire(w.GetCompletedAtUnixMs()),
+		State:            state,
+	}
+	return p, p.check()
+}
+
+func digestFromWire(name string, b []byte) ([32]byte, error) {
+	if len(b) != 32 {
+		return [32]byte{}, invalid(name, "%d bytes, want 32", len(b))
+	}
+	return [32]byte(b), nil
+}
+
+// EncodeResultProof encodes p as the payload that SignResultProof signs.
+func EncodeResultProof(p ResultProof) ([]byte, error) {
+	w, err := p.toWire()
+	if err != nil {
+		return nil, within("result_proof", err)
+	}
+	return marshal(w)
+}
+
+// DecodeResultProof decodes a payload without checking any signature; use
+// VerifyResultProof for bytes from the network.
+func DecodeResultProof(b []byte) (ResultProof, error) {
+	var w pb.ResultProof
+	if err := unmarshal("result_proof", b, &w); err != nil {
+		return ResultProof{}, err
+	}
+	p, err := resultProofFromWire(&w)
+	if err != nil {
+		return ResultProof{}, within("result_proof", err)
+	}
+	return *p, nil
+}
+
+// SignResultProof encodes p and signs it with id under
+// crypto.DomainResultProof. An empty p.Provider is filled in with id's peer
+// ID; any other peer is ErrPeerMismatch.
+func SignResultProof(id *crypto.Identity, p ResultProof) (crypto.Assertion, error) {
+	if p.Provider == "" {
+		p.Provider = id.PeerID()
+	}
+	if p.Provider != id.PeerID() {
+		return crypto.Assertion{}, fmt.Errorf("%w: provider %s, signer %s", ErrPeerMismatch, p.Provider, id.PeerID())
+	}
+	payload, err := EncodeResultProof(p)
+	if err != nil {
+		return crypto.Assertion{}, err
+	}
+	return id.SignAssertion(crypto.DomainResultProof, payload), nil
+}
+
+// VerifyResultProof checks that signer signed exactly a.Payload, decodes it,
+// and checks that the proof names signer as its provider (ErrPeerMismatch).
+// Proofs do not expire: a record stays verifiable. Comparing the proof with
+// the delegation it claims to prove (ID, requester, digests, usage) is the
+// caller's job.
+func VerifyResultProof(signer peer.ID, a crypto.Assertion) (ResultProof, error) {
+	if err := crypto.VerifyAssertion(signer, crypto.DomainResultProof, a); err != nil {
+		return ResultProof{}, fmt.Errorf("protocol: result proof from %s: %w", signer, err)
+	}
+	p, err := DecodeResultProof(a.Payload)
+	if err != nil {
+		return ResultProof{}, err
+	}
+	if p.Provider != signer {
+		return ResultProof{}, fmt.Errorf("%w: proof names provider %s, signed by %s", ErrPeerMismatch, p.Provider, signer)
+	}
+	return p, nil
+}

@@ -1,0 +1,183 @@
+package protocol
+
+import (
+	"time"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol/pb"
+)
+
+// DelegationStatus reports where a delegation stands. From the provider it
+// carries state, progress and partial output. From the requester, with
+// Query set and nothing else but ID, it asks the provider to report (to
+// reattach after a lost stream); a provider that does not know the ID
+// answers with StateUnknown.
+type DelegationStatus struct {
+	ID               DelegationID
+	State            State
+	ProgressPermille uint32 // 0..MaxProgressPermille
+	Partial          []Part // output produced since the previous status
+	Seq              uint64 // increases with every status of one delegation
+	Query            bool
+	Reason           string // why the state changed (e.g. preempted), for people
+}
+
+// DelegationResult is the provider's final word on a delegation.
+type DelegationResult struct {
+	ID       DelegationID
+	State    State // terminal
+	Output   []Part
+	Usage    Usage
+	Duration time.Duration // whole milliseconds on the wire
+	// Proof is a signed ResultProof (see SignResultProof); the zero value
+	// means none was sent.
+	Proof  crypto.Assertion
+	Reason string
+}
+
+// Usage counts the tokens a delegation used.
+type Usage struct {
+	Prompt     uint64
+	Completion uint64
+	Total      uint64
+}
+
+func (*DelegationStatus) Type() MessageType { return TypeDelegationStatus }
+func (*DelegationResult) Type() MessageType { return TypeDelegationResult }
+
+func (s *DelegationStatus) check() error {
+	if err := checkDelegationID("delegation_id", s.ID); err != nil {
+		return err
+	}
+	if err := checkState("state", s.State); err != nil {
+		return err
+	}
+	if s.ProgressPermille > MaxProgressPermille {
+		return invalid("progress_permille", "%d, limit %d", s.ProgressPermille, MaxProgressPermille)
+	}
+	if err := checkParts("partial", s.Partial); err != nil {
+		return err
+	}
+	if s.Query && (s.State != StateUnknown || s.ProgressPermille != 0 || len(s.Partial) > 0) {
+		// A query that also claims a state would be ambiguous about who
+		// is reporting to whom.
+		return invalid("query", "a status query carries no state, progress or output")
+	}
+	return checkLen("reason", s.Reason, MaxReasonLen)
+}
+
+func (s *DelegationStatus) toWire() (*pb.DelegationStatus, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &pb.DelegationStatus{
+		DelegationId:     s.ID[:],
+		State:            stateToWire(s.State),
+		ProgressPermille: s.ProgressPermille,
+		Partial:          partsToWire(s.Partial),
+		Seq:              s.Seq,
+		Query:            s.Query,
+		Reason:           s.Reason,
+	}, nil
+}
+
+func delegationStatusFromWire(w *pb.DelegationStatus) (*DelegationStatus, error) {
+	id, err := delegationIDFromWire("delegation_id", w.GetDelegationId())
+	if err != nil {
+		return nil, err
+	}
+	state, err := stateFromWire("state", w.GetState())
+	if err != nil {
+		return nil, err
+	}
+	partial, err := partsFromWire("partial", w.GetPartial())
+	if err != nil {
+		return nil, err
+	}
+	s := &DelegationStatus{
+		ID:               id,
+		State:            state,
+		ProgressPermille: w.GetProgressPermille(),
+		Partial:          partial,
+		Seq:              w.GetSeq(),
+		Query:            w.GetQuery(),
+		Reason:           w.GetReason(),
+	}
+	return s, s.check()
+}
+
+func (r *DelegationResult) check() error {
+	if err := checkDelegationID("delegation_id", r.ID); err != nil {
+		return err
+	}
+	if err := checkState("state", r.State); err != nil {
+		return err
+	}
+	if !r.State.Terminal() {
+		return invalid("state", "%s is not a terminal state", r.State)
+	}
+	if err := checkParts("output", r.Output); err != nil {
+		return err
+	}
+	if _, err := durationToWire("duration_ms", r.Duration); err != nil {
+		return err
+	}
+	if len(r.Proof.Payload) > 0 || len(r.Proof.Signature) > 0 {
+		if err := checkAssertion("proof", r.Proof); err != nil {
+			return err
+		}
+	}
+	return checkLen("reason", r.Reason, MaxReasonLen)
+}
+
+func (r *DelegationResult) toWire() (*pb.DelegationResult, error) {
+	if err := r.check(); err != nil {
+		return nil, err
+	}
+	duration, _ := durationToWire("duration_ms", r.Duration) // checked above
+	return &pb.DelegationResult{
+		DelegationId: r.ID[:],
+		State:        stateToWire(r.State),
+		Output:       partsToWire(r.Output),
+		Usage:        usageToWire(r.Usage),
+		DurationMs:   duration,
+		Proof:        assertionToWire(r.Proof),
+		Reason:       r.Reason,
+	}, nil
+}
+
+func delegationResultFromWire(w *pb.DelegationResult) (*DelegationResult, error) {
+	id, err := delegationIDFromWire("delegation_id", w.GetDelegationId())
+	if err != nil {
+		return nil, err
+	}
+	state, err := stateFromWire("state", w.GetState())
+	if err != nil {
+		return nil, err
+	}
+	output, err := partsFromWire("output", w.GetOutput())
+	if err != nil {
+		return nil, err
+	}
+	r := &DelegationResult{
+		ID:       id,
+		State:    state,
+		Output:   output,
+		Usage:    usageFromWire(w.GetUsage()),
+		Duration: durationFromWire(w.GetDurationMs()),
+		Proof:    assertionFromWire(w.GetProof()),
+		Reason:   w.GetReason(),
+	}
+	return r, r.check()
+}
+
+func usageToWire(u Usage) *pb.Usage {
+	if u == (Usage{}) {
+		return nil
+	}
+	return &pb.Usage{Prompt: u.Prompt, Completion: u.Completion, Total: u.Total}
+}
+
+func usageFromWire(w *pb.Usage) Usage {
+	return Usage{Prompt: w.GetPrompt(), Completion: w.GetCompletion(), Total: w.GetTotal()}
+}
