@@ -1,0 +1,167 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/kithmesh/kith/protocol"
+)
+
+// EventState is the Type Transition gives an event that names none.
+const EventState = "state"
+
+// Event is one entry in a delegation's event log: a state transition,
+// progress, a piece of partial output. Seq numbers a delegation's events
+// from 1, without gaps, in commit order; it is what delegation_status
+// carries and what a reattaching requester resumes after.
+type Event struct {
+	Seq   uint64
+	At    time.Time
+	Type  string
+	State protocol.State // the delegation's state once this event applied
+	Data  []byte         // opaque to the store
+}
+
+type eventRecord struct {
+	Seq   uint64         `json:"seq"`
+	At    int64          `json:"at_ns"`
+	Type  string         `json:"type"`
+	State protocol.State `json:"state"`
+	Data  []byte         `json:"data,omitempty"`
+}
+
+// Transition moves a delegation to state to, atomically: it refuses to
+// leave a terminal state (ErrTerminal: the first terminal state wins),
+// applies mutate (which may be nil), sets State and UpdatedAt, and appends
+// ev with the next sequence number, all in one transaction. ev.State is set
+// to to; a zero ev.At is now; an empty ev.Type is EventState. mutate may
+// run more than once, must not change State or the identity fields (see
+// UpdateDelegation), and must not call the Store. It returns the stored
+// delegation, whose LastSeq is the appended event's sequence number.
+func (s *Store) Transition(role Role, id protocol.DelegationID, to protocol.State, ev Event, mutate func(*Delegation)) (Delegation, error) {
+	if err := validKey(role, id); err != nil {
+		return Delegation{}, err
+	}
+	if _, err := to.MarshalText(); err != nil || to == protocol.StateUnknown {
+		return Delegation{}, fmt.Errorf("%w: %s: transition to %s", ErrInvalid, dlgName(role, id), to)
+	}
+	if err := s.checkSize(ev.Data); err != nil {
+		return Delegation{}, err
+	}
+	var out Delegation
+	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
+		old, err := getDelegation(txn, role, id, true)
+		if err != nil {
+			return err
+		}
+		if old.State.Terminal() {
+			return fmt.Errorf("%w: %s is already %s, cannot move to %s",
+				ErrTerminal, dlgName(role, id), old.State, to)
+		}
+		d := old
+		if mutate != nil {
+			d.Offer, d.Result = bytes.Clone(old.Offer), bytes.Clone(old.Result)
+			mutate(&d)
+			if err := checkImmutable(old, d); err != nil {
+				return err
+			}
+			if err := s.checkSize(d.Offer, d.Result); err != nil {
+				return err
+			}
+		}
+		now := s.clock()
+		d.State, d.UpdatedAt = to, now
+		if err := putDelegation(txn, d, &old); err != nil {
+			return err
+		}
+		e := ev // a retry must start again from the caller's event
+		e.State = to
+		if e.Type == "" {
+			e.Type = EventState
+		}
+		if e.At.IsZero() {
+			e.At = now
+		}
+		if d.LastSeq, err = s.appendEvent(txn, role, id, e); err != nil {
+			return err
+		}
+		out = d
+		return nil
+	})
+	return out, err
+}
+
+// AppendEvent appends a non-transition event (progress, partial output) to
+// a delegation's log and returns its sequence number. It is allowed in any
+// state. A zero ev.State is the delegation's current state; a zero ev.At is
+// now; ev.Type is required. The delegation record itself is not rewritten,
+// so streaming many events stays cheap.
+func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint64, error) {
+	if err := validKey(role, id); err != nil {
+		return 0, err
+	}
+	if ev.Type == "" {
+		return 0, fmt.Errorf("%w: %s: event without a type", ErrInvalid, dlgName(role, id))
+	}
+	if err := s.checkSize(ev.Data); err != nil {
+		return 0, err
+	}
+	var seq uint64
+	// Same lock as Transition: an event never slips between a transition's
+	// state check and its commit, so event order is state order.
+	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
+		d, err := getDelegation(txn, role, id, false)
+		if err != nil {
+			return err
+		}
+		e := ev
+		if e.State == protocol.StateUnknown {
+			e.State = d.State
+		}
+		if e.At.IsZero() {
+			e.At = s.clock()
+		}
+		seq, err = s.appendEvent(txn, role, id, e)
+		return err
+	})
+	return seq, err
+}
+
+func (s *Store) appendEvent(txn *badger.Txn, role Role, id protocol.DelegationID, e Event) (uint64, error) {
+	seq, err := nextSeq(txn, eventSeqKey(role, id))
+	if err != nil {
+		return 0, err
+	}
+	r := eventRecord{Seq: seq, At: nanos(e.At), Type: e.Type, State: e.State, Data: e.Data}
+	return seq, setJSON(txn, eventKey(role, id, seq), r, fmt.Sprintf("event %d of %s", seq, dlgName(role, id)))
+}
+
+// Events returns a delegation's events with Seq > afterSeq, in order
+// (afterSeq 0 returns them all). An unknown delegation is ErrNotFound.
+func (s *Store) Events(role Role, id protocol.DelegationID, afterSeq uint64) ([]Event, error) {
+	if err := validKey(role, id); err != nil {
+		return nil, err
+	}
+	var out []Event
+	err := s.view(func(txn *badger.Txn) error {
+		if _, err := getDelegation(txn, role, id, false); err != nil {
+			return err
+		}
+		if afterSeq == math.MaxUint64 {
+			return nil
+		}
+		start := eventKey(role, id, afterSeq+1)
+		return scanPrefix(txn, eventPrefix(role, id), start, false, func(item *badger.Item) error {
+			var r eventRecord
+			if err := item.Value(func(b []byte) error { return decodeJSON(b, &r, "event") }); err != nil {
+				return err
+			}
+			out = append(out, Event{Seq: r.Seq, At: fromNanos(r.At), Type: r.Type, State: r.State, Data: r.Data})
+			return nil
+		})
+	})
+	return out, err
+}

@@ -1,0 +1,57 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// schemaVersion is the layout of keys and records this binary reads and
+// writes. Bump it, and add a migration from the previous version in
+// checkSchema, whenever an older binary would misread what a newer one
+// writes; adding an optional JSON field does not need a bump.
+//
+// History:
+//
+//	1  first layout (keys.go).
+const schemaVersion uint64 = 1
+
+// checkSchema stamps a fresh database with schemaVersion and refuses one
+// written by a newer binary, before anything else reads or writes it.
+func (s *Store) checkSchema(where string) error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(keySchema))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			if !isEmpty(txn) {
+				return fmt.Errorf("%w: %s holds data but no schema version (not a kith store?)", ErrCorrupt, where)
+			}
+			return txn.Set([]byte(keySchema), be64(schemaVersion))
+		}
+		if err != nil {
+			return fmt.Errorf("store: read schema version of %s: %w", where, err)
+		}
+		v, err := getUint64(txn, item.Key())
+		if err != nil {
+			return err
+		}
+		switch {
+		case v > schemaVersion:
+			return fmt.Errorf("%w: %s has schema version %d, this kith knows versions up to %d; upgrade kith",
+				ErrSchemaTooNew, where, v, schemaVersion)
+		case v == 0:
+			return fmt.Errorf("%w: %s has schema version 0", ErrCorrupt, where)
+		}
+		// v == schemaVersion: nothing to migrate yet.
+		return nil
+	})
+}
+
+func isEmpty(txn *badger.Txn) bool {
+	o := badger.DefaultIteratorOptions
+	o.PrefetchValues = false
+	it := txn.NewIterator(o)
+	defer it.Close()
+	it.Rewind()
+	return !it.Valid()
+}

@@ -1,0 +1,225 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Options configure a Store. The zero value is the safe default: durable
+// writes, badger's own logging discarded, the wall clock.
+type Options struct {
+	// Logger receives badger's warnings and errors (and its chatter at debug
+	// level) under component=store. Nil discards them.
+	Logger *slog.Logger
+
+	// NoSync turns off syncing on commit: a call then returns once the
+	// write is in the OS page cache, and a machine crash may lose the last
+	// writes (never corrupt older ones). For benchmarks and throwaway nodes
+	// only. Named after bbolt's DB.NoSync so that the zero value is the
+	// durable one: a forgotten field must not silently drop durability.
+	NoSync bool
+
+	// Now is the clock for record timestamps and replay expiry; nil means
+	// time.Now. Tests inject one to step time without sleeping.
+	Now func() time.Time
+}
+
+// Badger tuning. Badger's defaults (64 MiB memtables ×5, a 256 MiB block
+// cache, 1 GiB value-log files) suit one large database per process; kith
+// tests run many nodes in one process and a node's data is small, so every
+// node gets a few MiB instead.
+//
+// A transaction's inline values are capped at 15% of the memtable (~1.2
+// MiB). Values of valueThreshold or more (large offers, results, event
+// payloads) go to the value log and count only as pointers, so a Transition
+// carrying a large result and a large event still fits; the price is value
+// log garbage when such a record is rewritten, which CollectGarbage
+// reclaims. In memory (OpenInMemory) every value is inline, so values and
+// transactions there are limited to memValueSize and ~1.2 MiB.
+const (
+	memTableSize     = 8 << 20
+	numMemtables     = 2
+	blockCacheSize   = 8 << 20
+	valueThreshold   = 256 << 10
+	valueLogFileSize = 64 << 20
+	numCompactors    = 2 // badger refuses 1; 0 would never compact
+
+	// MaxValueSize caps one opaque value (an offer, a result, an event's
+	// data, a meta value) on disk; larger ones are ErrInvalid. In memory the
+	// cap is memValueSize: there every value is inline and badger refuses
+	// one over 1 MiB, and JSON's base64 grows event data by a third.
+	MaxValueSize = 16 << 20
+	memValueSize = 512 << 10
+	maxKeySize   = 1 << 10 // for PutMeta keys; every other key is bounded by construction
+)
+
+// maxConflictRetries bounds the retry of a transaction that lost a badger
+// conflict. Writers of one record are already serialised by keyLocks, so a
+// conflict means an unlocked writer (PruneReplay) touched the same key; a
+// handful of retries is plenty, and a bound turns a livelock into an error.
+const maxConflictRetries = 32
+
+// Store is a node's persistent state. It is safe for concurrent use.
+type Store struct {
+	db       *badger.DB
+	now      func() time.Time
+	maxValue int // MaxValueSize, or memValueSize in memory
+	locks    keyLocks
+
+	// mu is held shared by every operation and exclusively by Close, so
+	// Close waits for operations in flight and none starts on a closed
+	// badger (which would panic rather than fail).
+	mu     sync.RWMutex
+	closed bool
+}
+
+// Open opens, or creates, the store in dir (created with mode 0700 if
+// missing: it holds trust decisions and task contents). Opening a store
+// written by a newer kith fails with ErrSchemaTooNew and changes nothing.
+func Open(dir string, opts Options) (*Store, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: empty store directory", ErrInvalid)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: create %s: %w", dir, err)
+	}
+	bo := badgerOptions(dir, opts)
+	bo.SyncWrites = !opts.NoSync
+	return open(bo, opts, dir, MaxValueSize)
+}
+
+// OpenInMemory returns a store that lives in memory only and is lost on
+// Close. It is for unit tests of other packages that need a Store but not
+// its durability; tests of durability itself use Open on a temp directory.
+func OpenInMemory(opts Options) (*Store, error) {
+	bo := badgerOptions("", opts).WithValueThreshold(1 << 20)
+	bo.InMemory = true
+	return open(bo, opts, "(in memory)", memValueSize)
+}
+
+func badgerOptions(dir string, opts Options) badger.Options {
+	bo := badger.DefaultOptions(dir).
+		WithMemTableSize(memTableSize).
+		WithNumMemtables(numMemtables).
+		WithBlockCacheSize(blockCacheSize).
+		WithValueThreshold(valueThreshold).
+		WithValueLogFileSize(valueLogFileSize).
+		WithNumCompactors(numCompactors).
+		WithMetricsEnabled(false) // kith exports its own metrics; badger's go to a global expvar
+	bo.Logger = nil // badger checks for nil and stays silent
+	if opts.Logger != nil {
+		bo.Logger = badgerLogger{opts.Logger.With("component", "store")}
+	}
+	return bo
+}
+
+func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, error) {
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", where, err)
+	}
+	s := &Store{db: db, now: opts.Now, maxValue: maxValue}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := s.checkSchema(where); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	return s, nil
+}
+
+// Close waits for operations in flight, then flushes and closes the
+// database. Later calls return ErrClosed, including a second Close.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("store: close: %w", err)
+	}
+	return nil
+}
+
+// clock returns the current time without its monotonic reading, so that
+// what is returned equals what is stored and read back.
+func (s *Store) clock() time.Time { return s.now().Round(0).UTC() }
+
+// checkSize refuses values over the cap with a clear error before badger
+// does so with a hex dump of the value in its message.
+func (s *Store) checkSize(values ...[]byte) error {
+	for _, v := range values {
+		if len(v) > s.maxValue {
+			return fmt.Errorf("%w: value of %d bytes exceeds the store's cap of %d", ErrInvalid, len(v), s.maxValue)
+		}
+	}
+	return nil
+}
+
+// view runs fn in a read-only transaction.
+func (s *Store) view(fn func(txn *badger.Txn) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return s.db.View(fn)
+}
+
+// update runs fn in a read-write transaction while holding the in-process
+// locks on lockKeys, retrying on badger conflicts. fn may therefore run more
+// than once and must derive everything it writes from what it reads.
+func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	unlock := s.locks.lock(lockKeys...)
+	defer unlock()
+
+	var err error
+	for attempt := 0; attempt < maxConflictRetries; attempt++ {
+		err = s.db.Update(fn)
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			return fmt.Errorf("%w: write too large for one transaction: %v", ErrInvalid, err)
+		}
+		if !errors.Is(err, badger.ErrConflict) {
+			return err
+		}
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Microsecond)
+	}
+	return fmt.Errorf("store: gave up after %d conflicting attempts: %w", maxConflictRetries, err)
+}
+
+// CollectGarbage reclaims value-log space held by large values (offers,
+// results) that were overwritten or deleted. The store starts no goroutines
+// beyond badger's own, so nothing runs this by itself: the node calls it
+// from its run loop now and then, beside PruneReplay. Each call rewrites at most a
+// few log files, each only if at least half of it is garbage.
+func (s *Store) CollectGarbage() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	for range 4 {
+		err := s.db.RunValueLogGC(0.5)
+		switch {
+		case errors.Is(err, badger.ErrNoRewrite), errors.Is(err, badger.ErrRejected),
+			errors.Is(err, badger.ErrGCInMemoryMode):
+			return nil // nothing (more) to reclaim, a GC already running, or no log
+		case err != nil:
+			return fmt.Errorf("store: value log gc: %w", err)
+		}
+	}
+	return nil
+}
