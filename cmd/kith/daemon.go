@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kithmesh/kith/node"
+	"github.com/kithmesh/kith/node/config"
+)
+
+func initCmd() *cobra.Command {
+	var listen []string
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create the node's identity and a commented default config",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			home, err := config.HomeDir(homeFlag)
+			if err != nil {
+				return err
+			}
+			id, err := node.Init(home, listen)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", id)
+			fmt.Fprintf(cmd.ErrOrStderr(), "initialized kith node in %s\n", home)
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&listen, "listen", nil, "listen multiaddr (repeatable; default TCP and QUIC on port 4001, all interfaces)")
+	return cmd
+}
+
+func daemonCmd() *cobra.Command {
+	var listen []string
+	var check bool
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the node in the foreground",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			home, err := config.HomeDir(homeFlag)
+			if err != nil {
+				return err
+			}
+			cfg, err := node.LoadConfig(home)
+			if err != nil {
+				return err
+			}
+			if len(listen) > 0 {
+				cfg.Listen = listen
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if check {
+				fmt.Fprintln(cmd.OutOrStdout(), "config ok")
+				return nil
+			}
+			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.SlogLevel()}))
+			n, err := node.New(home, cfg, node.Options{Logger: logger})
+			if err != nil {
+				return err
+			}
+			return n.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringArrayVar(&listen, "listen", nil, "listen multiaddr, replacing the config's (repeatable)")
+	cmd.Flags().BoolVar(&check, "check", false, "validate the config and exit")
+	return cmd
+}

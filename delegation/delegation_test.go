@@ -1,0 +1,365 @@
+package delegation
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+func TestDelegateCompletesWithVerifiedProof(t *testing.T) {
+	nodes := newMesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("hello mesh"), BudgetTokens: 100})
+	if d.State != protocol.StateCompleted {
+		t.Fatalf("state %s (%s)", d.State, d.Reason)
+	}
+	if got := Output(d); got != "hello mesh" {
+		t.Fatalf("output %q", got)
+	}
+	if !d.Remote || d.Peer != b.id.PeerID() {
+		t.Fatalf("requester record: remote %v peer %s", d.Remote, d.Peer)
+	}
+	if _, err := a.engine().Verify(d.ID); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	// The provider keeps its own record, completed, with the same result.
+	pd, err := b.st.GetDelegation(store.RoleProvider, d.ID)
+	if err != nil || pd.State != protocol.StateCompleted || !equalBytes(pd.Result, d.Result) {
+		t.Fatalf("provider record %+v, err %v", pd.State, err)
+	}
+	saw := a.sawTypes()
+	for _, typ := range []protocol.MessageType{protocol.TypeCapabilityQuery, protocol.TypeCapabilityResponse,
+		protocol.TypeDelegationOffer, protocol.TypeDelegationAccept, protocol.TypeDelegationStatus, protocol.TypeDelegationResult} {
+		if !saw[typ] {
+			t.Errorf("requester never saw %s cross the wire", typ)
+		}
+	}
+	// The event log tells the story in order.
+	evs, _ := a.st.Events(store.RoleRequester, d.ID, 0)
+	var states []string
+	for _, ev := range evs {
+		states = append(states, ev.State.String())
+	}
+	if got := strings.Join(states, ","); !strings.HasPrefix(got, "accepted,running") || !strings.HasSuffix(got, "completed") {
+		t.Fatalf("requester event states %s", got)
+	}
+}
+
+func TestLocalProfileRunsInProcess(t *testing.T) {
+	nodes := newMesh(t, 1, nil)
+	a := nodes[0]
+	d := delegateAndWait(t, a, Request{Profile: "echo", Task: textTask("local")})
+	if d.State != protocol.StateCompleted || d.Remote || Output(d) != "local" {
+		t.Fatalf("state %s remote %v output %q", d.State, d.Remote, Output(d))
+	}
+	if _, err := a.engine().Verify(d.ID); err != nil {
+		t.Fatalf("verify local proof: %v", err)
+	}
+	if len(a.sawTypes()) != 0 {
+		t.Fatalf("local delegation crossed the wire: %v", a.sawTypes())
+	}
+}
+
+func TestRejectReasons(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.MaxRemoteConcurrent = 1
+		c.Profiles = append(c.Profiles,
+			Profile{Profile: protocol.Profile{Name: "big", MaxBudgetTokens: 1000}, MinBudgetTokens: 100, Executor: executor.Echo{}},
+			Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 1000}, Executor: executor.HandlerFunc(block.handle)},
+		)
+	})
+	a, b := nodes[0], nodes[1]
+	bp := b.id.PeerID()
+	cases := []struct {
+		name   string
+		req    Request
+		reason protocol.RejectReason
+	}{
+		{"no matching profile", Request{Profile: "nope", Peer: bp, BudgetTokens: 10}, protocol.ReasonNoMatchingProfile},
+		{"budget too high", Request{Profile: "echo", Peer: bp, BudgetTokens: 1001}, protocol.ReasonBudgetTooHigh},
+		{"budget too low", Request{Profile: "big", Peer: bp, BudgetTokens: 10}, protocol.ReasonBudgetTooLow},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.req.Task = textTask("x")
+			d := delegateAndWait(t, a, c.req)
+			if d.State != protocol.StateRejected || !strings.HasPrefix(d.Reason, c.reason.String()) {
+				t.Fatalf("state %s reason %q, want rejected %s", d.State, d.Reason, c.reason)
+			}
+		})
+	}
+	t.Run("busy", func(t *testing.T) {
+		ctx := context.Background()
+		first, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: bp, Task: textTask("1"), BudgetTokens: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitStarted(t, block)
+		d := delegateAndWait(t, a, Request{Profile: "echo", Peer: bp, Task: textTask("2"), BudgetTokens: 10})
+		if d.State != protocol.StateRejected || !strings.HasPrefix(d.Reason, "busy") {
+			t.Fatalf("state %s reason %q, want rejected busy", d.State, d.Reason)
+		}
+		block.Release()
+		if d, _ := a.engine().Wait(ctx, first); d.State != protocol.StateCompleted {
+			t.Fatalf("first delegation %s (%s)", d.State, d.Reason)
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		// The requester's clock says the offer left long ago: its deadline
+		// has passed by the time the provider sees it.
+		late := newMesh(t, 2, func(i int, c *Config) {
+			if i == 0 {
+				c.Now = func() time.Time { return time.Now().Add(-time.Minute) }
+			}
+		})
+		d := delegateAndWait(t, late[0], Request{Profile: "echo", Peer: late[1].id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: time.Second})
+		if d.State != protocol.StateRejected || !strings.HasPrefix(d.Reason, "expired") {
+			t.Fatalf("state %s reason %q, want rejected expired", d.State, d.Reason)
+		}
+	})
+}
+
+func TestLoopDetected(t *testing.T) {
+	var bEngine func() *Engine
+	childErr := make(chan error, 1)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		if i != 1 {
+			return
+		}
+		// B's "relay" profile delegates its task back to A: a loop.
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "relay", MaxBudgetTokens: 100},
+			Executor: executor.HandlerFunc(func(ctx context.Context, task executor.Task, emit func(executor.Update)) (executor.Result, error) {
+				e := bEngine()
+				id, err := e.DelegateChild(ctx, Request{Profile: "echo", Peer: c.Finder.Candidates(ctx, "")[0], Task: textTask(task.Text)})
+				if err != nil {
+					childErr <- err
+					return executor.Result{}, err
+				}
+				d, err := e.Wait(ctx, id)
+				childErr <- err
+				if d.State != protocol.StateCompleted {
+					return executor.Result{}, errors.New("child " + d.State.String() + ": " + d.Reason)
+				}
+				return executor.Result{Text: Output(d)}, nil
+			})})
+	})
+	a, b := nodes[0], nodes[1]
+	bEngine = b.engine
+	// Give B's handler A's ID through its finder.
+	b.stop()
+	b.cfg = func(c *Config) {
+		c.Finder = staticFinder{a.id.PeerID()}
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "relay", MaxBudgetTokens: 100},
+			Executor: executor.HandlerFunc(func(ctx context.Context, task executor.Task, emit func(executor.Update)) (executor.Result, error) {
+				e := bEngine()
+				id, err := e.DelegateChild(ctx, Request{Profile: "echo", Peer: a.id.PeerID(), Task: textTask(task.Text)})
+				if err != nil {
+					return executor.Result{}, err
+				}
+				d, err := e.Wait(ctx, id)
+				if err != nil {
+					return executor.Result{}, err
+				}
+				childErr <- nil
+				return executor.Result{}, errors.New("child " + d.State.String() + ": " + d.Reason)
+			})})
+	}
+	b.start()
+	d := delegateAndWait(t, a, Request{Profile: "relay", Peer: b.id.PeerID(), Task: textTask("loop"), BudgetTokens: 50})
+	if d.State != protocol.StateFailed || !strings.Contains(d.Reason, "loop_detected") {
+		t.Fatalf("parent state %s reason %q, want failed with the child's loop_detected", d.State, d.Reason)
+	}
+	// On B, the child hangs under the provider-side parent, and was
+	// rejected by A as a loop.
+	children, err := b.st.Children(d.ID)
+	if err != nil || len(children) != 1 {
+		t.Fatalf("children of %s on B: %v, %v", d.ID, children, err)
+	}
+	ch := children[0]
+	if ch.State != protocol.StateRejected || !strings.HasPrefix(ch.Reason, "loop_detected") || !ch.Remote || ch.Peer != a.id.PeerID() {
+		t.Fatalf("child %+v", ch)
+	}
+	if ch.BudgetTokens > 50 {
+		t.Fatalf("child budget %d exceeds parent's 50", ch.BudgetTokens)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	ctx := context.Background()
+	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	if err := a.engine().Cancel(id, "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := a.engine().Get(id)
+	if d.State != protocol.StateCancelled {
+		t.Fatalf("requester state %s", d.State)
+	}
+	waitFor(t, "provider cancelled", func() bool {
+		pd, err := b.st.GetDelegation(store.RoleProvider, id)
+		return err == nil && pd.State == protocol.StateCancelled && pd.Reason == "changed my mind"
+	})
+}
+
+func TestTimeoutExpires(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	d := delegateAndWait(t, a, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 300 * time.Millisecond})
+	if d.State != protocol.StateExpired {
+		t.Fatalf("state %s (%s), want expired", d.State, d.Reason)
+	}
+	if _, err := a.engine().Verify(d.ID); err != nil {
+		t.Fatalf("the provider's expired result should carry a valid proof: %v", err)
+	}
+}
+
+func TestBudgetViolationRecorded(t *testing.T) {
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "greedy", MaxBudgetTokens: 1000},
+			Executor: executor.HandlerFunc(func(context.Context, executor.Task, func(executor.Update)) (executor.Result, error) {
+				return executor.Result{Text: "lots", Usage: executor.Usage{Prompt: 5, Completion: 500, Total: 505}}, nil
+			})})
+	})
+	a, b := nodes[0], nodes[1]
+	d := delegateAndWait(t, a, Request{Profile: "greedy", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 100})
+	if d.State != protocol.StateFailed || !strings.HasPrefix(d.Reason, ReasonBudgetViolation) {
+		t.Fatalf("state %s reason %q, want failed budget_violation", d.State, d.Reason)
+	}
+	if d.Usage.Completion != 500 {
+		t.Fatalf("recorded usage %+v, want the reported 500", d.Usage)
+	}
+}
+
+func TestTamperedProofRejected(t *testing.T) {
+	nodes := newMesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	b.engine().SetMutateResult(func(r *protocol.DelegationResult) {
+		r.Output = []protocol.Part{protocol.TextPart("forged output")}
+		r.Usage.Completion = 1 // the proof still says otherwise
+	})
+	d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("real output"), BudgetTokens: 100})
+	if d.State != protocol.StateFailed || !strings.HasPrefix(d.Reason, ReasonProofInvalid) {
+		t.Fatalf("state %s reason %q, want failed proof_invalid", d.State, d.Reason)
+	}
+	if _, err := a.engine().Verify(d.ID); !errors.Is(err, ErrProofInvalid) {
+		t.Fatalf("verify: %v, want ErrProofInvalid", err)
+	}
+}
+
+func TestReattachAfterDroppedStream(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	ctx := context.Background()
+	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	waitFor(t, "requester running", func() bool { d, _ := a.engine().Get(id); return d.State == protocol.StateRunning })
+	// Drop every connection between the two: the stream dies mid-run.
+	for _, c := range a.host.Network().ConnsToPeer(b.id.PeerID()) {
+		_ = c.Close()
+	}
+	block.Release()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: x" {
+		t.Fatalf("after reattach: state %s reason %q output %q err %v", d.State, d.Reason, Output(d), err)
+	}
+	if _, err := a.engine().Verify(id); err != nil {
+		t.Fatalf("transcript after reattach: %v", err)
+	}
+}
+
+func TestProviderRestartFailsInFlight(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	ctx := context.Background()
+	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	b.crash()
+	b.start()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateFailed || d.Reason != ReasonProviderRestarted {
+		t.Fatalf("state %s reason %q err %v, want failed provider_restarted", d.State, d.Reason, err)
+	}
+	if _, err := a.engine().Verify(id); err != nil {
+		t.Fatalf("restart result proof: %v", err)
+	}
+}
+
+func TestRequesterRestartCollectsResult(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("y"), BudgetTokens: 10, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	a.stop()
+	block.Release()
+	waitFor(t, "provider finished while requester down", func() bool {
+		pd, err := b.st.GetDelegation(store.RoleProvider, id)
+		return err == nil && pd.State == protocol.StateCompleted
+	})
+	a.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: y" {
+		t.Fatalf("after requester restart: state %s reason %q output %q err %v", d.State, d.Reason, Output(d), err)
+	}
+	if _, err := a.engine().Verify(id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,14 @@
+// Package delegation owns the delegation state machine on both sides of the
+// wire: the requester that offers a task and the provider that runs it, the
+// admission checks in front of a provider's executors, token budgets, hop
+// limits, result proofs, and reattaching after a lost stream or a restart.
+//
+// Every transition is written to the store before it is acknowledged on the
+// wire or to a caller, so a restart on either side loses nothing: a provider
+// that restarts fails its in-flight delegations with reason
+// provider_restarted (and keeps every finished result for its requester),
+// and a requester that restarts reattaches to the delegations it left open.
+//
+// Local profiles run through the same state machine and store with no
+// network: the engine is its own provider.
+package delegation

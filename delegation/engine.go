@@ -1,0 +1,328 @@
+package delegation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// Stream is one libp2p stream (or a test double with the same shape).
+type Stream interface {
+	protocol.Stream
+	Close() error
+	Reset() error
+}
+
+// Dialer opens delegation streams to peers; the node implements it with its
+// libp2p host and the /kith/delegate/1.0.0 protocol ID.
+type Dialer interface {
+	OpenStream(ctx context.Context, p peer.ID) (Stream, error)
+}
+
+// PeerFinder lists peers that may offer a profile. Discovery implements it;
+// delegation never imports discovery (DESIGN.md).
+type PeerFinder interface {
+	Candidates(ctx context.Context, profile string) []peer.ID
+}
+
+// Profile is a local profile: what it advertises and what runs it.
+type Profile struct {
+	protocol.Profile
+	Timeout time.Duration // per-delegation cap; Config.DefaultTimeout if 0
+	// MinBudgetTokens: offers below it are rejected budget_too_low (a
+	// model that cannot answer in fewer tokens should say so up front).
+	MinBudgetTokens uint64
+	Executor        executor.Executor
+}
+
+// Admitter is an extra admission rule a node may install (trust policy,
+// rate limits). It returns a reject reason, or ReasonUnspecified to admit.
+type Admitter func(remote peer.ID, offer *protocol.DelegationOffer) (protocol.RejectReason, string)
+
+// Trace observes every message crossing the wire, for `kith demo` and
+// debugging. It must not block.
+type Trace func(dir Direction, remote peer.ID, m protocol.Message)
+
+// Direction says whether a traced message was sent or received.
+type Direction string
+
+const (
+	Sent     Direction = "sent"
+	Received Direction = "received"
+)
+
+// Config is what an Engine needs. Identity, Store and Dialer are required.
+type Config struct {
+	Identity *crypto.Identity
+	Store    *store.Store
+	Dialer   Dialer
+	Finder   PeerFinder
+	Profiles []Profile
+	Admit    Admitter
+	Trace    Trace
+	Logger   *slog.Logger
+
+	MaxRemoteConcurrent int           // remote delegations run at once; 4 if 0
+	DefaultTimeout      time.Duration // 5m if 0
+	MaxTimeout          time.Duration // 1h if 0
+	DefaultHopLimit     uint32        // 4 if 0
+	CapabilityTTL       time.Duration // lifetime of signed capability assertions; 5m if 0
+	Conn                protocol.ConnOptions
+	// ReattachBackoff is the first wait between reattach attempts; it
+	// doubles up to 5s. 200ms if 0.
+	ReattachBackoff time.Duration
+	Now             func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxRemoteConcurrent <= 0 {
+		c.MaxRemoteConcurrent = 4
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = 5 * time.Minute
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = time.Hour
+	}
+	if c.DefaultHopLimit == 0 {
+		c.DefaultHopLimit = 4
+	}
+	if c.CapabilityTTL <= 0 {
+		c.CapabilityTTL = 5 * time.Minute
+	}
+	if c.ReattachBackoff <= 0 {
+		c.ReattachBackoff = 200 * time.Millisecond
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Conn.Now == nil {
+		c.Conn.Now = c.Now
+	}
+	if c.Conn.IOTimeout <= 0 {
+		c.Conn.IOTimeout = protocol.DefaultIOTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Engine runs both sides of delegation for one node.
+type Engine struct {
+	cfg   Config
+	log   *slog.Logger
+	id    *crypto.Identity
+	st    *store.Store
+	slots chan struct{} // remote pool
+
+	mu       sync.Mutex
+	profiles map[string]*Profile
+	running  map[protocol.DelegationID]*task // provider side (remote and local)
+	outgoing map[protocol.DelegationID]*outgoing
+	subs     map[subKey]map[chan store.Event]struct{}
+	caps     map[peer.ID]protocol.CapabilityAssertion
+
+	runCtx context.Context
+	wg     sync.WaitGroup
+
+	// mutateResult lets tests tamper with a result after it is signed.
+	mutateResult func(*protocol.DelegationResult)
+}
+
+type subKey struct {
+	role store.Role
+	id   protocol.DelegationID
+}
+
+// New checks cfg and builds an engine. It does no I/O; Run starts it.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Identity == nil || cfg.Store == nil || cfg.Dialer == nil {
+		return nil, errors.New("delegation: Config needs Identity, Store and Dialer")
+	}
+	cfg.setDefaults()
+	e := &Engine{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "delegation"),
+		id:       cfg.Identity,
+		st:       cfg.Store,
+		slots:    make(chan struct{}, cfg.MaxRemoteConcurrent),
+		profiles: make(map[string]*Profile),
+		running:  make(map[protocol.DelegationID]*task),
+		outgoing: make(map[protocol.DelegationID]*outgoing),
+		subs:     make(map[subKey]map[chan store.Event]struct{}),
+		caps:     make(map[peer.ID]protocol.CapabilityAssertion),
+	}
+	for i := range cfg.Profiles {
+		p := cfg.Profiles[i]
+		if err := e.addProfile(&p); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *Engine) addProfile(p *Profile) error {
+	if err := protocol.CheckProfileName(p.Name); err != nil {
+		return fmt.Errorf("delegation: profile: %w", err)
+	}
+	if p.Executor == nil {
+		return fmt.Errorf("delegation: profile %q has no executor", p.Name)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.profiles[p.Name] = p
+	return nil
+}
+
+// Register adds (or replaces) a local profile served by an in-process Go
+// handler. It may be called before or after Run.
+func (e *Engine) Register(name string, h executor.HandlerFunc, opts ...func(*Profile)) error {
+	p := &Profile{Profile: protocol.Profile{Name: name, MaxBudgetTokens: 4096}, Executor: h}
+	for _, o := range opts {
+		o(p)
+	}
+	return e.addProfile(p)
+}
+
+// Profiles lists the local profiles.
+func (e *Engine) Profiles() []protocol.Profile {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]protocol.Profile, 0, len(e.profiles))
+	for _, p := range e.profiles {
+		out = append(out, p.Profile)
+	}
+	return out
+}
+
+func (e *Engine) profile(name string) (*Profile, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.profiles[name]
+	return p, ok
+}
+
+// Run recovers what a previous run left open, then serves until ctx ends.
+// It returns after every goroutine the engine started has stopped.
+func (e *Engine) Run(ctx context.Context) error {
+	e.mu.Lock()
+	if e.runCtx != nil {
+		e.mu.Unlock()
+		return errors.New("delegation: Run called twice")
+	}
+	e.runCtx = ctx
+	e.mu.Unlock()
+	err := e.recover(ctx)
+	<-ctx.Done()
+	e.wg.Wait()
+	return err
+}
+
+// stopping reports whether Run's context has ended.
+func (e *Engine) stopping() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.runCtx != nil && e.runCtx.Err() != nil
+}
+
+// goWithRun starts f as an engine goroutine, or reports ErrNotRunning.
+func (e *Engine) goWithRun(f func(ctx context.Context)) error {
+	e.mu.Lock()
+	ctx := e.runCtx
+	if ctx == nil || ctx.Err() != nil {
+		e.mu.Unlock()
+		return ErrNotRunning
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		f(ctx)
+	}()
+	return nil
+}
+
+// Subscribe delivers the events appended to a delegation's log from now on.
+// The channel is buffered; a subscriber that falls behind misses events and
+// should re-read the log (Events) by sequence number.
+func (e *Engine) Subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, func()) {
+	ch := make(chan store.Event, 64)
+	k := subKey{role, id}
+	e.mu.Lock()
+	if e.subs[k] == nil {
+		e.subs[k] = make(map[chan store.Event]struct{})
+	}
+	e.subs[k][ch] = struct{}{}
+	e.mu.Unlock()
+	return ch, func() {
+		e.mu.Lock()
+		delete(e.subs[k], ch)
+		if len(e.subs[k]) == 0 {
+			delete(e.subs, k)
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (e *Engine) publish(role store.Role, id protocol.DelegationID, ev store.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for ch := range e.subs[subKey{role, id}] {
+		select {
+		case ch <- ev:
+		default:
+		}
+	}
+}
+
+// transition writes a state change (durably) and tells subscribers.
+func (e *Engine) transition(role store.Role, id protocol.DelegationID, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
+	d, err := e.st.Transition(role, id, to, ev, mutate)
+	if err != nil {
+		return d, err
+	}
+	ev.Seq, ev.State = d.LastSeq, to
+	if ev.Type == "" {
+		ev.Type = store.EventState
+	}
+	e.publish(role, id, ev)
+	return d, nil
+}
+
+func (e *Engine) appendEvent(role store.Role, id protocol.DelegationID, ev store.Event) error {
+	seq, err := e.st.AppendEvent(role, id, ev)
+	if err != nil {
+		return err
+	}
+	ev.Seq = seq
+	e.publish(role, id, ev)
+	return nil
+}
+
+func (e *Engine) trace(dir Direction, remote peer.ID, m protocol.Message) {
+	if e.cfg.Trace != nil {
+		e.cfg.Trace(dir, remote, m)
+	}
+}
+
+// Event types in the delegation log, beyond store.EventState.
+const (
+	EventOffered  = "offered"
+	EventAccepted = "accepted"
+	EventStatus   = "status"
+	EventResult   = "result"
+	EventRejected = "rejected"
+	EventCancel   = "cancel"
+	EventReattach = "reattach"
+	EventNote     = "note"
+)

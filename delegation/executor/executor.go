@@ -1,0 +1,147 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Task is one unit of work handed to an executor.
+type Task struct {
+	// Text is the task's text parts joined with "\n".
+	Text string
+	// Data holds the task's JSON data parts unchanged. Only in-process
+	// handlers see them: a command's stdin and a chat prompt have no
+	// faithful place for structured input, and guessing a format would be
+	// worse than leaving it to a handler that knows.
+	Data [][]byte
+	// BudgetTokens is a hard cap on completion tokens. Zero means the
+	// requester named none; the core replaces that with the profile's
+	// maximum before calling, so zero reaching an executor means no cap
+	// (Exec still honours its MaxOutput).
+	BudgetTokens uint64
+	// ContextID groups the tasks of one conversation.
+	ContextID string
+}
+
+// Update is a piece of streamed output. For Echo, Exec and OpenAI the
+// Update texts, concatenated, are exactly Result.Text.
+type Update struct {
+	Text string
+	// Progress is in [0, 1], or -1 when the executor cannot tell.
+	Progress float64
+}
+
+// Usage counts tokens the way OpenAI-compatible servers report them.
+type Usage struct {
+	Prompt, Completion, Total uint64
+}
+
+// Result is a finished task's output.
+type Result struct {
+	Text  string
+	Usage Usage
+	// StoppedAtBudget is set when output was cut at the token budget, so a
+	// requester can tell a complete answer from a truncated one.
+	StoppedAtBudget bool
+}
+
+// Executor runs tasks for one profile. Execute streams partial output
+// through emit (which may be nil) and stops when ctx is done, returning an
+// error that wraps ctx.Err(). See the package comment for the contract.
+type Executor interface {
+	Execute(ctx context.Context, task Task, emit func(Update)) (Result, error)
+}
+
+var (
+	// ErrFailed reports that the work itself failed: a command exited
+	// non-zero, a server answered with an error, a stream was malformed or
+	// too large, or the executor is misconfigured.
+	ErrFailed = errors.New("executor: task failed")
+	// ErrBudgetExceeded reports that a backend's own usage report exceeds
+	// the task's budget. The Result beside it is complete and honest.
+	ErrBudgetExceeded = errors.New("executor: reported usage exceeds the token budget")
+)
+
+// bytesPerToken is the estimator's ratio: about four bytes of English text
+// per token for the BPE vocabularies of common open models. It is a
+// budgeting guard, not a tokenizer.
+const bytesPerToken = 4
+
+// EstimateTokens approximates the number of tokens in s as one per four
+// bytes, rounded up, so any non-empty string counts at least one. It is the
+// accounting used wherever a backend reports no usage, and the inverse of
+// the byte limit those executors apply: output of at most 4×BudgetTokens
+// bytes never estimates above the budget.
+func EstimateTokens(s string) uint64 {
+	return (uint64(len(s)) + bytesPerToken - 1) / bytesPerToken
+}
+
+// budgetBytes is the most output, in bytes, that fits a budget under
+// EstimateTokens; no budget (zero) and budgets too large to matter give
+// math.MaxInt.
+func budgetBytes(tokens uint64) int {
+	if tokens == 0 || tokens > math.MaxInt/bytesPerToken {
+		return math.MaxInt
+	}
+	return int(tokens) * bytesPerToken
+}
+
+// estimatedUsage counts prompt and completion with EstimateTokens.
+func estimatedUsage(prompt, completion string) Usage {
+	p, c := EstimateTokens(prompt), EstimateTokens(completion)
+	return Usage{Prompt: p, Completion: c, Total: p + c}
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a rune, so the
+// result stays valid UTF-8 when s is.
+func truncateUTF8(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	for i := n; i > 0 && i > n-utf8.UTFMax; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i]
+		}
+	}
+	return s[:n] // not UTF-8 to begin with; any cut is as good
+}
+
+// oneLine makes text from a command or a server fit in an error message:
+// trimmed, valid UTF-8, newlines shown as \n and other control characters
+// replaced, so a log line stays one line whatever the backend printed.
+func oneLine(s string) string {
+	s = strings.ToValidUTF8(strings.TrimSpace(s), "\uFFFD")
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "\r\n", "\n"), "\n", `\n`)
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
+// nopEmit stands in for a nil emit so executors need no nil checks.
+func nopEmit(Update) {}
+
+func orNop(emit func(Update)) func(Update) {
+	if emit == nil {
+		return nopEmit
+	}
+	return emit
+}
+
+// orDefault returns v, or def when v is not positive.
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}

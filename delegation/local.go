@@ -1,0 +1,69 @@
+package delegation
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// delegateLocal runs a local profile in-process: the same offer, state
+// machine, event log and signed result as a remote delegation, with this
+// node as both requester and provider and no network.
+func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.DelegationID, error) {
+	p, ok := e.profile(req.Profile)
+	if !ok {
+		return protocol.DelegationID{}, fmt.Errorf("%w: no local profile %q", ErrNoProvider, req.Profile)
+	}
+	self := e.id.PeerID()
+	if req.BudgetTokens == 0 {
+		req.BudgetTokens = p.MaxBudgetTokens
+	}
+	offer := &protocol.DelegationOffer{
+		ID: protocol.NewDelegationID(), Profile: req.Profile, Task: req.Task, ContextID: req.ContextID,
+		BudgetTokens: req.BudgetTokens, Timeout: req.Timeout, HopLimit: req.HopLimit,
+		Chain: append(req.Chain, self), Priority: req.Priority, ParentID: req.Parent,
+	}
+	raw, err := protocol.EncodeMessage(offer)
+	if err != nil {
+		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	now := e.cfg.Now()
+	timeout := e.timeoutFor(p, req.Timeout)
+	d := store.Delegation{
+		ID: offer.ID, Role: store.RoleRequester, Parent: req.Parent, ContextID: req.ContextID,
+		Profile: req.Profile, State: protocol.StateOffered, BudgetTokens: req.BudgetTokens,
+		Offer: raw, Deadline: now.Add(timeout),
+	}
+	if err := e.st.CreateDelegation(d); err != nil {
+		return protocol.DelegationID{}, err
+	}
+	// The budget rule applies to local work too.
+	if p.MaxBudgetTokens > 0 && req.BudgetTokens > p.MaxBudgetTokens {
+		_, err := e.transition(store.RoleRequester, offer.ID, protocol.StateRejected, store.Event{}, func(x *store.Delegation) {
+			x.Reason = fmt.Sprintf("%s: budget %d above profile maximum %d", protocol.ReasonBudgetTooHigh, req.BudgetTokens, p.MaxBudgetTokens)
+		})
+		return offer.ID, err
+	}
+	accept, err := protocol.EncodeMessage(&protocol.DelegationAccept{ID: offer.ID, ProviderHandle: offer.ID.String()})
+	if err != nil {
+		return protocol.DelegationID{}, err
+	}
+	if _, err := e.transition(store.RoleRequester, offer.ID, protocol.StateAccepted, store.Event{Type: EventAccepted, Data: accept}, nil); err != nil {
+		return protocol.DelegationID{}, err
+	}
+	t := &task{
+		id: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
+		offerHash: sha256.Sum256(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
+	}
+	e.mu.Lock()
+	runCtx := e.runCtx
+	e.mu.Unlock()
+	if runCtx == nil {
+		return protocol.DelegationID{}, ErrNotRunning
+	}
+	e.startTask(runCtx, t)
+	return offer.ID, nil
+}

@@ -1,0 +1,480 @@
+package delegation
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// HandleStream serves one inbound /kith/delegate/1.0.0 stream from remote
+// (the libp2p-authenticated peer). The node calls it from its stream
+// handler; it returns when the conversation on the stream is over and has
+// closed the stream.
+func (e *Engine) HandleStream(s Stream, remote peer.ID) {
+	done := make(chan struct{})
+	if err := e.goWithRun(func(ctx context.Context) {
+		defer close(done)
+		e.serve(ctx, s, remote)
+	}); err != nil {
+		_ = s.Reset()
+		return
+	}
+	<-done
+}
+
+func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
+	c, first, raw, err := protocol.Accept(s, e.id, remote, e.st, e.cfg.Conn)
+	if err != nil {
+		e.log.Debug("inbound stream refused", "peer", remote, "err", err)
+		_ = s.Reset()
+		return
+	}
+	defer s.Close()
+	e.trace(Received, remote, first)
+	switch m := first.(type) {
+	case *protocol.CapabilityQuery:
+		e.answerQuery(c, remote, m)
+	case *protocol.DelegationOffer:
+		e.serveOffer(ctx, c, remote, m, raw)
+	case *protocol.DelegationStatus:
+		e.serveReattach(ctx, c, remote, m)
+	case *protocol.DelegationCancel:
+		e.cancelTask(remote, m.ID, m.Reason)
+	default:
+		e.log.Debug("unexpected first message", "peer", remote, "type", first.Type())
+	}
+}
+
+func (e *Engine) send(c *protocol.Conn, remote peer.ID, m protocol.Message) error {
+	e.trace(Sent, remote, m)
+	return c.Send(m)
+}
+
+// assertion is this node's signed capability assertion for asker.
+func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAssertion, error) {
+	now := e.cfg.Now()
+	trust := protocol.Untrusted
+	if p, err := e.st.GetPeer(asker); err == nil {
+		trust = p.Trust
+	}
+	a := protocol.CapabilityAssertion{
+		Provider:     e.id.PeerID(),
+		Versions:     protocol.Supported,
+		GrantedTrust: trust,
+		IssuedAt:     now,
+		ExpiresAt:    now.Add(e.cfg.CapabilityTTL),
+	}
+	for _, p := range e.Profiles() {
+		if len(want) == 0 || slices.Contains(want, p.Name) {
+			a.Profiles = append(a.Profiles, p)
+		}
+	}
+	slices.SortFunc(a.Profiles, func(x, y protocol.Profile) int {
+		if x.Name < y.Name {
+			return -1
+		}
+		if x.Name > y.Name {
+			return 1
+		}
+		return 0
+	})
+	active := len(e.slots)
+	a.Capacity = protocol.Capacity{Active: uint32(active), FreeSlots: uint32(cap(e.slots) - active)}
+	return a, nil
+}
+
+func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.CapabilityQuery) {
+	a, err := e.assertion(remote, q.Profiles)
+	if err != nil {
+		return
+	}
+	signed, err := protocol.SignCapability(e.id, a)
+	if err != nil {
+		e.log.Error("sign capability", "err", err)
+		return
+	}
+	_ = e.send(c, remote, &protocol.CapabilityResponse{Assertion: signed})
+}
+
+// admit runs the admission pipeline for an offer, in order. It returns the
+// profile, or the typed reason the first failing rule gives.
+func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.DelegationOffer) (*Profile, *RejectedError) {
+	self := e.id.PeerID()
+	if o.HopLimit == 0 {
+		return nil, &RejectedError{protocol.ReasonLoopDetected, "hop limit reached"}
+	}
+	if slices.Contains(o.Chain, self) {
+		return nil, &RejectedError{protocol.ReasonLoopDetected, "this node is already in the delegation chain"}
+	}
+	if e.cfg.Admit != nil {
+		if r, detail := e.cfg.Admit(remote, o); r != protocol.ReasonUnspecified {
+			return nil, &RejectedError{r, detail}
+		}
+	}
+	p, ok := e.profile(o.Profile)
+	if !ok {
+		return nil, &RejectedError{protocol.ReasonNoMatchingProfile, fmt.Sprintf("no profile %q here", o.Profile)}
+	}
+	if o.BudgetTokens == 0 || o.BudgetTokens < p.MinBudgetTokens {
+		return nil, &RejectedError{protocol.ReasonBudgetTooLow,
+			fmt.Sprintf("budget %d below profile minimum %d", o.BudgetTokens, max(p.MinBudgetTokens, 1))}
+	}
+	if p.MaxBudgetTokens > 0 && o.BudgetTokens > p.MaxBudgetTokens {
+		return nil, &RejectedError{protocol.ReasonBudgetTooHigh,
+			fmt.Sprintf("budget %d above profile maximum %d", o.BudgetTokens, p.MaxBudgetTokens)}
+	}
+	if o.Timeout > 0 && !issuedAt.Add(o.Timeout).After(e.cfg.Now()) {
+		return nil, &RejectedError{protocol.ReasonExpired, "the requester's deadline passed before the offer arrived"}
+	}
+	return p, nil
+}
+
+func (e *Engine) reject(c *protocol.Conn, remote peer.ID, id protocol.DelegationID, r *RejectedError) {
+	e.log.Info("offer rejected", "peer", remote, "delegation", id, "reason", r.Reason, "detail", r.Detail)
+	_ = e.send(c, remote, &protocol.DelegationReject{ID: id, Reason: r.Reason, Detail: r.Detail})
+}
+
+// timeoutFor clamps the offered timeout to the profile's and the node's.
+func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
+	t := offered
+	limit := p.Timeout
+	if limit <= 0 {
+		limit = e.cfg.DefaultTimeout
+	}
+	if t <= 0 || t > limit {
+		t = limit
+	}
+	return min(t, e.cfg.MaxTimeout)
+}
+
+func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
+	// A repeated offer (the requester lost our accept) is a reattach.
+	if d, err := e.st.GetDelegation(store.RoleProvider, o.ID); err == nil {
+		if d.Peer != remote {
+			e.reject(c, remote, o.ID, &RejectedError{protocol.ReasonNotAllowed, "delegation id belongs to another peer"})
+			return
+		}
+		e.serveReattach(ctx, c, remote, &protocol.DelegationStatus{ID: o.ID, Query: true})
+		return
+	}
+	p, rej := e.admit(remote, c.Header().IssuedAt, o)
+	if rej != nil {
+		e.reject(c, remote, o.ID, rej)
+		return
+	}
+	select {
+	case e.slots <- struct{}{}:
+	default:
+		e.reject(c, remote, o.ID, &RejectedError{protocol.ReasonBusy, fmt.Sprintf("all %d remote slots in use", cap(e.slots))})
+		return
+	}
+	timeout := e.timeoutFor(p, o.Timeout)
+	now := e.cfg.Now()
+	accept := &protocol.DelegationAccept{ID: o.ID, ProviderHandle: o.ID.String()}
+	acceptRaw, err := protocol.EncodeMessage(accept)
+	if err != nil {
+		<-e.slots
+		return
+	}
+	t := &task{
+		id: o.ID, role: store.RoleProvider, requester: remote, offer: o,
+		offerHash: sha256.Sum256(raw), profile: p, deadline: now.Add(timeout),
+		remote: true, done: make(chan struct{}),
+	}
+	d := store.Delegation{
+		ID: o.ID, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
+		ContextID: o.ContextID, Profile: o.Profile, State: protocol.StateAccepted,
+		BudgetTokens: o.BudgetTokens, Offer: raw, Deadline: t.deadline,
+	}
+	// Persist before acknowledging: the accept goes out only once the
+	// delegation and its accept event are durable.
+	if err := e.st.CreateDelegation(d); err != nil {
+		<-e.slots
+		e.log.Error("store offer", "delegation", o.ID, "err", err)
+		return
+	}
+	if err := e.appendEvent(store.RoleProvider, o.ID, store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: acceptRaw}); err != nil {
+		<-e.slots
+		e.log.Error("store accept", "delegation", o.ID, "err", err)
+		return
+	}
+	t.attach(c, nil)
+	e.trace(Sent, remote, accept)
+	t.send(acceptRaw)
+	e.startTask(ctx, t)
+	e.readRequester(c, remote, t)
+}
+
+// readRequester reads what the requester sends on an attached stream
+// (cancel) until the task is over and the requester has closed its side,
+// which is how it acknowledges the result.
+func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
+	for {
+		wait := time.Until(t.deadline) + c.IOTimeout()
+		m, err := c.Recv(max(wait, c.IOTimeout()))
+		if err != nil {
+			return
+		}
+		e.trace(Received, remote, m)
+		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.id {
+			e.cancelTask(remote, cm.ID, cm.Reason)
+		}
+	}
+}
+
+// startTask runs t in the background: in the remote pool when it holds a
+// slot, directly when it is local work.
+func (e *Engine) startTask(ctx context.Context, t *task) {
+	e.mu.Lock()
+	e.running[t.id] = t
+	e.mu.Unlock()
+	taskCtx, cancel := context.WithCancelCause(withParent(ctx, t))
+	t.cancel = cancel
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer cancel(nil)
+		e.runTask(taskCtx, t)
+	}()
+}
+
+// cancelTask stops a running task on its requester's word.
+func (e *Engine) cancelTask(remote peer.ID, id protocol.DelegationID, reason string) {
+	e.mu.Lock()
+	t := e.running[id]
+	e.mu.Unlock()
+	if t == nil || t.requester != remote {
+		return
+	}
+	if reason == "" {
+		reason = "cancelled by requester"
+	}
+	t.cancel(&stopCause{protocol.StateCancelled, reason})
+}
+
+// flushInterval coalesces streamed output: one durable status per interval
+// instead of one per token.
+const flushInterval = 100 * time.Millisecond
+
+func (e *Engine) runTask(ctx context.Context, t *task) {
+	defer func() {
+		e.mu.Lock()
+		delete(e.running, t.id)
+		e.mu.Unlock()
+		if t.remote {
+			<-e.slots
+		}
+		close(t.done)
+	}()
+	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.deadline, &stopCause{protocol.StateExpired, ReasonTimeout})
+	defer cancelDeadline()
+	started := e.cfg.Now()
+
+	running := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq()}
+	if err := e.emitStatus(t, running, true); err != nil {
+		return // already terminal (cancelled before it started)
+	}
+
+	var pending []byte
+	lastFlush := time.Now()
+	flush := func() {
+		if len(pending) == 0 {
+			return
+		}
+		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq(),
+			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
+		pending = pending[:0]
+		lastFlush = time.Now()
+		_ = e.emitStatus(t, st, false)
+	}
+	res, err := t.profile.Executor.Execute(ctx, taskInput(t.offer), func(u executor.Update) {
+		pending = append(pending, u.Text...)
+		if time.Since(lastFlush) >= flushInterval || len(pending) > 64<<10 {
+			flush()
+		}
+	})
+	flush()
+
+	state, reason := protocol.StateCompleted, ""
+	if errors.Is(err, executor.ErrBudgetExceeded) {
+		// The backend overran the budget and said so: report the usage
+		// honestly (the requester records the violation), keep the output.
+		err, reason = nil, "backend reported usage above the budget"
+	}
+	if err != nil {
+		state, reason = protocol.StateFailed, err.Error()
+		var sc *stopCause
+		switch {
+		case errors.As(context.Cause(ctx), &sc):
+			state, reason = sc.state, sc.reason
+		case e.stopping():
+			reason = ReasonProviderShutdown
+		}
+	}
+	usage := protocol.Usage{Prompt: res.Usage.Prompt, Completion: res.Usage.Completion, Total: res.Usage.Total}
+	out := []protocol.Part{}
+	if res.Text != "" {
+		out = append(out, protocol.TextPart(res.Text))
+	}
+	if res.StoppedAtBudget && reason == "" {
+		reason = "stopped at token budget"
+	}
+	e.finish(t.role, t.id, t.requester, t.offerHash, state, reason, out, usage, e.cfg.Now().Sub(started), t.send)
+}
+
+// emitStatus persists a status (a transition when it changes state) and
+// then sends it.
+func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus, transition bool) error {
+	raw, err := protocol.EncodeMessage(st)
+	if err != nil {
+		return err
+	}
+	ev := store.Event{Type: EventStatus, State: st.State, Data: raw}
+	if transition {
+		_, err = e.transition(t.role, t.id, st.State, ev, nil)
+	} else {
+		err = e.appendEvent(t.role, t.id, ev)
+	}
+	if err != nil {
+		return err
+	}
+	if t.remote {
+		e.trace(Sent, t.requester, st)
+	}
+	t.send(raw)
+	return nil
+}
+
+// finish signs and stores the result, then sends it through deliver. The
+// first terminal state wins: if the delegation already ended, nothing is
+// sent from here.
+func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester peer.ID, offerHash [32]byte,
+	state protocol.State, reason string, out []protocol.Part, usage protocol.Usage, took time.Duration, deliver func([]byte)) {
+	events, err := e.st.Events(role, id, 0)
+	if err != nil {
+		e.log.Error("read events", "delegation", id, "err", err)
+		return
+	}
+	now := e.cfg.Now()
+	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
+		DelegationID: id, Requester: requester, Provider: e.id.PeerID(),
+		OfferSHA256: offerHash, TranscriptSHA256: transcriptHash(events),
+		Usage: usage, CompletedAt: now, State: state,
+	})
+	if err != nil {
+		e.log.Error("sign result proof", "delegation", id, "err", err)
+		return
+	}
+	res := &protocol.DelegationResult{ID: id, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
+	if e.mutateResult != nil {
+		e.mutateResult(res)
+	}
+	raw, err := protocol.EncodeMessage(res)
+	if err != nil {
+		e.log.Error("encode result", "delegation", id, "err", err)
+		return
+	}
+	_, err = e.transition(role, id, state, store.Event{Type: EventResult, Data: raw}, func(d *store.Delegation) {
+		d.Result = raw
+		d.Reason = reason
+		d.Usage = store.Usage(usage)
+	})
+	if err != nil {
+		if !errors.Is(err, store.ErrTerminal) {
+			e.log.Error("store result", "delegation", id, "err", err)
+		}
+		return
+	}
+	if role == store.RoleProvider {
+		e.trace(Sent, requester, res)
+	}
+	deliver(raw)
+}
+
+// serveReattach answers a requester's "where is delegation X": it replays
+// everything sent so far and, while the task runs, attaches the stream.
+func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
+	d, err := e.st.GetDelegation(store.RoleProvider, q.ID)
+	if err != nil || d.Peer != remote {
+		// Unknown, or someone else's: the same answer, so that IDs cannot be probed.
+		_ = e.send(c, remote, &protocol.DelegationStatus{ID: q.ID, State: protocol.StateUnknown})
+		return
+	}
+	e.mu.Lock()
+	t := e.running[q.ID]
+	if t != nil {
+		t.mu.Lock() // hold off live sends while the history is read and replayed
+	}
+	e.mu.Unlock()
+	events, err := e.st.Events(store.RoleProvider, q.ID, 0)
+	if err != nil {
+		if t != nil {
+			t.mu.Unlock()
+		}
+		return
+	}
+	if t != nil {
+		ok := true
+		for _, raw := range history(events) {
+			if c.SendEncoded(raw) != nil {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			t.conn = c
+		}
+		t.mu.Unlock()
+		if ok {
+			e.readRequester(c, remote, t)
+		}
+		return
+	}
+	// Finished: replay, then the stored result.
+	for _, raw := range history(events) {
+		if c.SendEncoded(raw) != nil {
+			return
+		}
+	}
+	d, err = e.st.GetDelegation(store.RoleProvider, q.ID)
+	if err != nil || len(d.Result) == 0 {
+		return
+	}
+	if c.SendEncoded(d.Result) != nil {
+		return
+	}
+	// Wait for the requester to close its side: its acknowledgement.
+	_, _ = c.Recv(c.IOTimeout())
+}
+
+// recoverProvider fails what a previous run left running: the executors
+// died with the process. The signed failure waits in the store for the
+// requester to reattach and collect.
+func (e *Engine) recoverProvider() error {
+	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleProvider), States: liveStates})
+	if err != nil {
+		return err
+	}
+	for _, d := range open {
+		var hash [32]byte
+		if len(d.Offer) > 0 {
+			hash = sha256.Sum256(d.Offer)
+		}
+		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
+		e.finish(store.RoleProvider, d.ID, d.Peer, hash, protocol.StateFailed, ReasonProviderRestarted, nil, protocol.Usage{}, 0, func([]byte) {})
+	}
+	return nil
+}
+
+var liveStates = []protocol.State{protocol.StateOffered, protocol.StateAccepted, protocol.StateRunning, protocol.StateInputRequired}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,126 @@
+package delegation
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// Get returns a delegation this node requested.
+func (e *Engine) Get(id protocol.DelegationID) (store.Delegation, error) {
+	d, err := e.st.GetDelegation(store.RoleRequester, id)
+	if err != nil {
+		return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
+	}
+	return d, nil
+}
+
+// Wait blocks until the delegation this node requested is terminal, or ctx
+// ends.
+func (e *Engine) Wait(ctx context.Context, id protocol.DelegationID) (store.Delegation, error) {
+	ch, cancel := e.Subscribe(store.RoleRequester, id)
+	defer cancel()
+	for {
+		d, err := e.Get(id)
+		if err != nil || d.State.Terminal() {
+			return d, err
+		}
+		select {
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// Result decodes the stored result of a finished delegation.
+func Result(d store.Delegation) (*protocol.DelegationResult, error) {
+	if len(d.Result) == 0 {
+		return nil, fmt.Errorf("delegation %s has no result (state %s)", d.ID, d.State)
+	}
+	m, err := protocol.DecodeMessage(d.Result)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := m.(*protocol.DelegationResult)
+	if !ok {
+		return nil, fmt.Errorf("delegation %s: stored result is a %s", d.ID, m.Type())
+	}
+	return r, nil
+}
+
+// Output is the text of a finished delegation's result.
+func Output(d store.Delegation) string {
+	r, err := Result(d)
+	if err != nil {
+		return ""
+	}
+	return partsText(r.Output)
+}
+
+// Verify re-checks the stored result proof of a delegation this node
+// requested: the provider's signature over the exact bytes, and that it
+// matches the offer, the transcript and the result stored here.
+func (e *Engine) Verify(id protocol.DelegationID) (protocol.ResultProof, error) {
+	d, err := e.Get(id)
+	if err != nil {
+		return protocol.ResultProof{}, err
+	}
+	r, err := Result(d)
+	if err != nil {
+		return protocol.ResultProof{}, err
+	}
+	signer := d.Peer
+	if !d.Remote {
+		signer = e.id.PeerID()
+	}
+	p, err := protocol.VerifyResultProof(signer, r.Proof)
+	if err != nil {
+		return p, fmt.Errorf("%w: %v", ErrProofInvalid, err)
+	}
+	events, err := e.st.Events(store.RoleRequester, id, 0)
+	if err != nil {
+		return p, err
+	}
+	d.Peer = signer
+	return p, matchProof(p, d, e.id.PeerID(), r, events)
+}
+
+// Node is one delegation in a tree.
+type Node struct {
+	Delegation store.Delegation
+	Children   []*Node
+}
+
+// Tree returns the delegations this node requested, as trees of parents
+// and children, roots newest first. A delegation whose parent ran here as a
+// provider (a child spawned while serving a peer) hangs under that
+// provider-side record.
+func (e *Engine) Tree(limit int) ([]*Node, error) {
+	all, err := e.st.ListDelegations(store.DelegationFilter{Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	nodes := make(map[protocol.DelegationID]*Node, len(all))
+	for _, d := range all {
+		if _, dup := nodes[d.ID]; dup && d.Role == store.RoleProvider {
+			continue // the requester record wins when a node delegated to itself
+		}
+		nodes[d.ID] = &Node{Delegation: d}
+	}
+	var roots []*Node
+	for _, d := range all {
+		n := nodes[d.ID]
+		if n.Delegation.Role != d.Role {
+			continue
+		}
+		if parent, ok := nodes[d.Parent]; ok && !d.Parent.IsZero() {
+			parent.Children = append(parent.Children, n)
+		} else {
+			roots = append(roots, n)
+		}
+	}
+	return roots, nil
+}

@@ -1,0 +1,460 @@
+package delegation
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// Request is what a caller asks the engine to delegate.
+type Request struct {
+	Profile string
+	// Peer names the provider; empty lets the engine choose (a local
+	// profile first, else the best discovered provider).
+	Peer         peer.ID
+	Task         protocol.Task
+	ContextID    protocol.ContextID
+	BudgetTokens uint64        // 0: the provider's maximum for the profile
+	Timeout      time.Duration // 0: Config.DefaultTimeout
+	Parent       protocol.DelegationID
+	Priority     int32
+	// HopLimit and Chain are set for child delegations by Child; callers
+	// leave them zero.
+	HopLimit uint32
+	Chain    []peer.ID
+}
+
+// outgoing is a live remote delegation this node requested.
+type outgoing struct {
+	cancel context.CancelCauseFunc
+	conn   *protocol.Conn // current stream, nil between attempts
+	peer   peer.ID
+}
+
+// requestGrace is how long past its timeout a requester waits for the
+// provider's own expired result before giving up on it.
+const requestGrace = 5 * time.Second
+
+// Delegate starts a delegation and returns its ID once the request is
+// durable. Follow it with Subscribe or Wait.
+func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.DelegationID, error) {
+	if err := protocol.CheckProfileName(req.Profile); err != nil {
+		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if req.Timeout <= 0 {
+		req.Timeout = e.cfg.DefaultTimeout
+	}
+	req.Timeout = min(req.Timeout, e.cfg.MaxTimeout)
+	if req.HopLimit == 0 {
+		req.HopLimit = e.cfg.DefaultHopLimit
+	}
+	self := e.id.PeerID()
+	if req.Peer == self || (req.Peer == "" && e.hasProfile(req.Profile)) {
+		return e.delegateLocal(ctx, req)
+	}
+	target := req.Peer
+	var caps *protocol.CapabilityAssertion
+	if target == "" {
+		best, a, err := e.choose(ctx, req.Profile)
+		if err != nil {
+			return protocol.DelegationID{}, err
+		}
+		target, caps = best, a
+	} else {
+		a, err := e.capabilities(ctx, target)
+		if err != nil {
+			return protocol.DelegationID{}, fmt.Errorf("delegation: capabilities of %s: %w", target, err)
+		}
+		caps = a
+	}
+	if req.BudgetTokens == 0 {
+		req.BudgetTokens = 1024
+		for _, p := range caps.Profiles {
+			if p.Name == req.Profile && p.MaxBudgetTokens > 0 {
+				req.BudgetTokens = p.MaxBudgetTokens
+			}
+		}
+	}
+	offer := &protocol.DelegationOffer{
+		ID: protocol.NewDelegationID(), Profile: req.Profile, Task: req.Task, ContextID: req.ContextID,
+		BudgetTokens: req.BudgetTokens, Timeout: req.Timeout, HopLimit: req.HopLimit,
+		Chain: append(append([]peer.ID(nil), req.Chain...), self), Priority: req.Priority, ParentID: req.Parent,
+	}
+	raw, err := protocol.EncodeMessage(offer)
+	if err != nil {
+		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	now := e.cfg.Now()
+	d := store.Delegation{
+		ID: offer.ID, Role: store.RoleRequester, Peer: target, Remote: true, Parent: req.Parent,
+		ContextID: req.ContextID, Profile: req.Profile, State: protocol.StateOffered,
+		BudgetTokens: req.BudgetTokens, Offer: raw, Deadline: now.Add(req.Timeout + requestGrace),
+	}
+	if err := e.st.CreateDelegation(d); err != nil {
+		return protocol.DelegationID{}, err
+	}
+	if err := e.follow(d); err != nil {
+		return offer.ID, err
+	}
+	return offer.ID, nil
+}
+
+func (e *Engine) hasProfile(name string) bool {
+	_, ok := e.profile(name)
+	return ok
+}
+
+// follow drives a remote delegation in the background until it ends: the
+// offer, then reattaching after every lost stream until the deadline.
+func (e *Engine) follow(d store.Delegation) error {
+	return e.goWithRun(func(ctx context.Context) {
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		o := &outgoing{cancel: cancel, peer: d.Peer}
+		e.mu.Lock()
+		e.outgoing[d.ID] = o
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			delete(e.outgoing, d.ID)
+			e.mu.Unlock()
+		}()
+		e.followLoop(ctx, d, o)
+	})
+}
+
+func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing) {
+	backoff := e.cfg.ReattachBackoff
+	for attempt := 0; ; attempt++ {
+		if e.attempt(ctx, d, o) {
+			return
+		}
+		if ctx.Err() != nil {
+			return // engine stopping or cancelled: Cancel/recover take over
+		}
+		if !e.cfg.Now().Before(d.Deadline) {
+			e.expireOutgoing(d)
+			return
+		}
+		wait := min(backoff, d.Deadline.Sub(e.cfg.Now()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(wait, 0)):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// expireOutgoing gives up on a delegation whose deadline passed with no
+// result, and tells the provider (best effort).
+func (e *Engine) expireOutgoing(d store.Delegation) {
+	if _, err := e.transition(store.RoleRequester, d.ID, protocol.StateExpired, store.Event{}, func(x *store.Delegation) {
+		x.Reason = ReasonTimeout
+	}); err != nil {
+		return
+	}
+	e.sendCancel(d.Peer, d.ID, "requester timed out")
+}
+
+// attempt opens one stream to the provider, sends the offer (or, once the
+// provider has accepted, a status query to reattach), and follows the
+// stream. It reports true when the delegation reached a terminal state.
+func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) bool {
+	cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
+	if err != nil {
+		return true
+	}
+	if cur.State.Terminal() {
+		return true
+	}
+	events, err := e.st.Events(store.RoleRequester, d.ID, 0)
+	if err != nil {
+		return false
+	}
+	var first protocol.Message
+	var lastSeq uint64
+	accepted := false
+	for _, ev := range events {
+		switch ev.Type {
+		case EventAccepted:
+			accepted = true
+		case EventStatus:
+			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
+				lastSeq = max(lastSeq, m.(*protocol.DelegationStatus).Seq)
+			}
+		}
+	}
+	if accepted {
+		first = &protocol.DelegationStatus{ID: d.ID, Query: true, Seq: lastSeq}
+	} else {
+		offer, err := protocol.DecodeMessage(cur.Offer)
+		if err != nil {
+			return true
+		}
+		first = offer
+	}
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
+	s, err := e.cfg.Dialer.OpenStream(dctx, d.Peer)
+	cancel()
+	if err != nil {
+		e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
+		return false
+	}
+	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+	defer stop()
+	var c *protocol.Conn
+	if accepted {
+		c, err = protocol.Dial(s, e.id, d.Peer, first, e.cfg.Conn)
+	} else {
+		c, err = protocol.DialEncoded(s, e.id, d.Peer, first.Type(), cur.Offer, e.cfg.Conn)
+	}
+	if err != nil {
+		_ = s.Reset()
+		return false
+	}
+	e.trace(Sent, d.Peer, first)
+	e.mu.Lock()
+	o.conn = c
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		o.conn = nil
+		e.mu.Unlock()
+	}()
+	done := e.readProvider(c, cur, accepted, lastSeq)
+	if done {
+		_ = s.Close() // closing our side acknowledges the result
+	} else {
+		_ = s.Reset()
+	}
+	return done
+}
+
+// readProvider follows the provider's messages on one stream. It reports
+// true once the delegation is terminal here.
+func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted bool, lastSeq uint64) bool {
+	for {
+		wait := d.Deadline.Sub(e.cfg.Now())
+		if wait <= 0 {
+			return false
+		}
+		m, raw, err := c.RecvRaw(wait)
+		if err != nil {
+			return false
+		}
+		e.trace(Received, d.Peer, m)
+		switch m := m.(type) {
+		case *protocol.DelegationReject:
+			if m.ID != d.ID {
+				return false
+			}
+			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+				x.Reason = m.Reason.String()
+				if m.Detail != "" {
+					x.Reason += ": " + m.Detail
+				}
+			})
+			return true
+		case *protocol.DelegationAccept:
+			if m.ID != d.ID || accepted {
+				continue
+			}
+			accepted = true
+			if _, err := e.transition(store.RoleRequester, d.ID, protocol.StateAccepted, store.Event{Type: EventAccepted, Data: raw}, nil); err != nil {
+				return errors.Is(err, store.ErrTerminal)
+			}
+		case *protocol.DelegationStatus:
+			if m.ID != d.ID {
+				return false
+			}
+			if m.State == protocol.StateUnknown {
+				// The provider never stored the offer (it was lost
+				// before its accept): offer again on the next attempt.
+				if !accepted {
+					return false
+				}
+				_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+					x.Reason = "provider does not know the delegation it accepted"
+				})
+				return true
+			}
+			if m.Seq <= lastSeq {
+				continue // replayed after a reattach; already logged
+			}
+			lastSeq = m.Seq
+			ev := store.Event{Type: EventStatus, Data: raw}
+			var err error
+			if cur, gerr := e.st.GetDelegation(store.RoleRequester, d.ID); gerr == nil && cur.State != m.State && !m.State.Terminal() {
+				_, err = e.transition(store.RoleRequester, d.ID, m.State, ev, nil)
+			} else {
+				err = e.appendEvent(store.RoleRequester, d.ID, ev)
+			}
+			if errors.Is(err, store.ErrTerminal) {
+				return true
+			}
+		case *protocol.DelegationResult:
+			if m.ID != d.ID {
+				return false
+			}
+			e.acceptResult(d, m, raw)
+			return true
+		}
+	}
+}
+
+// acceptResult verifies a provider's result (proof signature, offer hash,
+// transcript, budget) and stores it. A result that fails a check is kept
+// for inspection but the delegation ends failed with the reason.
+func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte) {
+	state, reason := m.State, m.Reason
+	if err := e.checkProof(d, m); err != nil {
+		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
+	} else if m.Usage.Completion > d.BudgetTokens {
+		state = protocol.StateFailed
+		reason = fmt.Sprintf("%s: provider reported %d completion tokens, budget was %d", ReasonBudgetViolation, m.Usage.Completion, d.BudgetTokens)
+	}
+	if !state.Terminal() {
+		state, reason = protocol.StateFailed, "provider sent a result with non-terminal state "+m.State.String()
+	}
+	_, _ = e.transition(store.RoleRequester, d.ID, state, store.Event{Type: EventResult, Data: raw}, func(x *store.Delegation) {
+		x.Result = raw
+		x.Reason = reason
+		x.Usage = store.Usage(m.Usage)
+	})
+}
+
+// checkProof verifies a result's proof against what this node sent and
+// received: the provider's signature, the offer hash and the transcript.
+func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult) error {
+	p, err := protocol.VerifyResultProof(d.Peer, m.Proof)
+	if err != nil {
+		return err
+	}
+	events, err := e.st.Events(store.RoleRequester, d.ID, 0)
+	if err != nil {
+		return err
+	}
+	return matchProof(p, d, e.id.PeerID(), m, events)
+}
+
+func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m *protocol.DelegationResult, events []store.Event) error {
+	switch {
+	case p.DelegationID != d.ID:
+		return fmt.Errorf("%w: proof names delegation %s", ErrProofInvalid, p.DelegationID)
+	case p.Requester != requester:
+		return fmt.Errorf("%w: proof names requester %s", ErrProofInvalid, p.Requester)
+	case p.Provider != d.Peer:
+		return fmt.Errorf("%w: proof names provider %s", ErrProofInvalid, p.Provider)
+	case p.OfferSHA256 != sha256.Sum256(d.Offer):
+		return fmt.Errorf("%w: offer hash differs from the offer sent", ErrProofInvalid)
+	case p.TranscriptSHA256 != transcriptHash(events):
+		return fmt.Errorf("%w: transcript hash differs from the messages received", ErrProofInvalid)
+	case p.Usage != m.Usage:
+		return fmt.Errorf("%w: proof usage %+v, result says %+v", ErrProofInvalid, p.Usage, m.Usage)
+	case p.State != m.State:
+		return fmt.Errorf("%w: proof state %s, result says %s", ErrProofInvalid, p.State, m.State)
+	}
+	return nil
+}
+
+// Cancel ends a delegation this node requested. A remote provider is told
+// on the live stream, or on a new one.
+func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
+	if reason == "" {
+		reason = "cancelled by requester"
+	}
+	d, err := e.st.GetDelegation(store.RoleRequester, id)
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrUnknown, id)
+	}
+	if d.State.Terminal() {
+		return fmt.Errorf("delegation %s already %s: %w", id, d.State, store.ErrTerminal)
+	}
+	if !d.Remote {
+		e.mu.Lock()
+		t := e.running[id]
+		e.mu.Unlock()
+		if t != nil {
+			t.cancel(&stopCause{protocol.StateCancelled, reason})
+			<-t.done
+			return nil
+		}
+	}
+	_, err = e.transition(store.RoleRequester, id, protocol.StateCancelled, store.Event{Type: EventCancel}, func(x *store.Delegation) { x.Reason = reason })
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	o := e.outgoing[id]
+	var c *protocol.Conn
+	if o != nil {
+		c = o.conn
+	}
+	e.mu.Unlock()
+	if c != nil && c.Send(&protocol.DelegationCancel{ID: id, Reason: reason}) == nil {
+		e.trace(Sent, d.Peer, &protocol.DelegationCancel{ID: id, Reason: reason})
+	} else if d.Remote {
+		e.sendCancel(d.Peer, id, reason)
+	}
+	if o != nil {
+		// Let the live stream carry the provider's cancelled result (which
+		// then meets our terminal state and is dropped) before giving up
+		// on it: resetting at once could drop the cancel in flight.
+		time.AfterFunc(e.cfg.Conn.IOTimeout, func() { o.cancel(errors.New("cancelled")) })
+	}
+	return nil
+}
+
+// sendCancel tells a provider on a fresh stream, in the background.
+func (e *Engine) sendCancel(p peer.ID, id protocol.DelegationID, reason string) {
+	_ = e.goWithRun(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
+		defer cancel()
+		s, err := e.cfg.Dialer.OpenStream(ctx, p)
+		if err != nil {
+			return
+		}
+		m := &protocol.DelegationCancel{ID: id, Reason: reason}
+		if _, err := protocol.Dial(s, e.id, p, m, e.cfg.Conn); err != nil {
+			_ = s.Reset()
+			return
+		}
+		e.trace(Sent, p, m)
+		_ = s.Close()
+	})
+}
+
+// recoverRequester resumes the remote delegations a previous run left open
+// and fails the local ones, whose executors died with the process.
+func (e *Engine) recoverRequester() error {
+	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleRequester), States: liveStates})
+	if err != nil {
+		return err
+	}
+	for _, d := range open {
+		if !d.Remote {
+			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+				x.Reason = ReasonRequesterRestarted
+			})
+			continue
+		}
+		e.log.Info("reattaching to delegation", "delegation", d.ID, "peer", d.Peer)
+		if err := e.follow(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recover runs both recoveries at start.
+func (e *Engine) recover(context.Context) error {
+	return errors.Join(e.recoverProvider(), e.recoverRequester())
+}

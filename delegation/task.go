@@ -1,0 +1,146 @@
+package delegation
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// task is a delegation this node is running, for a peer (role provider) or
+// for itself (a local profile, role requester).
+type task struct {
+	id        protocol.DelegationID
+	role      store.Role
+	requester peer.ID // who asked; this node for local work
+	offer     *protocol.DelegationOffer
+	offerHash [32]byte
+	profile   *Profile
+	deadline  time.Time
+	remote    bool // holds a remote-pool slot
+	cancel    context.CancelCauseFunc
+	done      chan struct{}
+
+	mu        sync.Mutex
+	conn      *protocol.Conn // attached requester stream; nil while detached
+	statusSeq uint64
+}
+
+// attach makes c the stream that receives this task's messages, after
+// replaying to it every message already sent (so a reattaching requester
+// misses nothing). It reports false if the replay failed.
+func (t *task) attach(c *protocol.Conn, history [][]byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, raw := range history {
+		if err := c.SendEncoded(raw); err != nil {
+			return false
+		}
+	}
+	t.conn = c
+	return true
+}
+
+// send delivers one encoded message to the attached stream, detaching it on
+// failure: the message is in the log and a reattach will replay it.
+func (t *task) send(raw []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.conn == nil {
+		return
+	}
+	if err := t.conn.SendEncoded(raw); err != nil {
+		t.conn = nil
+	}
+}
+
+func (t *task) nextSeq() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.statusSeq++
+	return t.statusSeq
+}
+
+// errCancelled and friends are the causes a task's context is cancelled
+// with, so the result says why it stopped.
+type stopCause struct {
+	state  protocol.State
+	reason string
+}
+
+func (s *stopCause) Error() string { return s.state.String() + ": " + s.reason }
+
+// taskInput turns the offered A2A parts into executor input.
+func taskInput(o *protocol.DelegationOffer) executor.Task {
+	var text []string
+	var data [][]byte
+	for _, p := range o.Task.Parts {
+		switch p.Kind {
+		case protocol.PartText:
+			text = append(text, p.Text)
+		case protocol.PartData:
+			data = append(data, p.Data)
+		case protocol.PartFile:
+			if p.File.URI != "" {
+				text = append(text, p.File.URI)
+			}
+		}
+	}
+	return executor.Task{
+		Text:         strings.Join(text, "\n"),
+		Data:         data,
+		BudgetTokens: o.BudgetTokens,
+		ContextID:    string(o.ContextID),
+	}
+}
+
+// transcriptHash is the sha256 over the provider's side of a delegation:
+// the accept and every status, in the order sent, each length-prefixed.
+// Both sides keep those exact bytes in their event logs (a reattaching
+// requester dedups replays by status seq), so both compute the same hash.
+// Requester frames are covered by the offer hash: the offer is the only one
+// that shapes the result.
+func transcriptHash(events []store.Event) [32]byte {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, ev := range events {
+		if ev.Type != EventAccepted && ev.Type != EventStatus {
+			continue
+		}
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(ev.Data)))])
+		h.Write(ev.Data)
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// history is the accept and statuses from a delegation's log, in order.
+func history(events []store.Event) [][]byte {
+	var out [][]byte
+	for _, ev := range events {
+		if ev.Type == EventAccepted || ev.Type == EventStatus {
+			out = append(out, ev.Data)
+		}
+	}
+	return out
+}
+
+// partsText joins the text parts of output.
+func partsText(parts []protocol.Part) string {
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Kind == protocol.PartText {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,118 @@
+package api
+
+import (
+	"time"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// Prefix is the path prefix of every route.
+const Prefix = "/api/v1/a2a"
+
+// NodeInfo is GET /node.
+type NodeInfo struct {
+	PeerID   string   `json:"peer_id"`
+	Addrs    []string `json:"addrs"` // full multiaddrs ending in /p2p/<peer id>
+	Profiles []string `json:"profiles"`
+	Version  string   `json:"version"`
+}
+
+// Peer is one entry of GET /peers.
+type Peer struct {
+	ID        string    `json:"id"`
+	Addrs     []string  `json:"addrs"`
+	Sources   []string  `json:"sources"`
+	Trust     string    `json:"trust"`
+	Access    string    `json:"access"`
+	Connected bool      `json:"connected"`
+	LastSeen  time.Time `json:"last_seen,omitzero"`
+}
+
+// AddPeer is POST /peers.
+type AddPeer struct {
+	Addr string `json:"addr"`
+}
+
+// DelegateRequest is POST /delegations.
+type DelegateRequest struct {
+	Profile   string `json:"profile"`
+	Peer      string `json:"peer,omitempty"`
+	Text      string `json:"text"`
+	Budget    uint64 `json:"budget,omitempty"`
+	Timeout   string `json:"timeout,omitempty"` // Go duration text, e.g. "30s"
+	ContextID string `json:"context_id,omitempty"`
+	Parent    string `json:"parent,omitempty"`
+}
+
+// DelegateResponse answers POST /delegations.
+type DelegateResponse struct {
+	ID string `json:"id"`
+}
+
+// Usage is token usage.
+type Usage struct {
+	Prompt     uint64 `json:"prompt"`
+	Completion uint64 `json:"completion"`
+	Total      uint64 `json:"total"`
+}
+
+// Delegation is GET /delegations/{id} and one entry of GET /delegations.
+type Delegation struct {
+	ID        string    `json:"id"`
+	Role      string    `json:"role"`
+	Profile   string    `json:"profile"`
+	State     string    `json:"state"`
+	Reason    string    `json:"reason,omitempty"`
+	Remote    bool      `json:"remote"`
+	Peer      string    `json:"peer,omitempty"`
+	Parent    string    `json:"parent,omitempty"`
+	ContextID string    `json:"context_id,omitempty"`
+	Budget    uint64    `json:"budget"`
+	Usage     Usage     `json:"usage"`
+	Output    string    `json:"output,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Terminal  bool      `json:"terminal"`
+}
+
+// TreeNode is one node of GET /tree.
+type TreeNode struct {
+	Delegation
+	Children []TreeNode `json:"children,omitempty"`
+}
+
+// Event is one event of a delegation's log, as sent on
+// GET /delegations/{id}/events (server-sent events, "data: <json>").
+type Event struct {
+	Seq      uint64    `json:"seq"`
+	At       time.Time `json:"at"`
+	Type     string    `json:"type"`
+	State    string    `json:"state"`
+	Partial  string    `json:"partial,omitempty"`
+	Progress uint32    `json:"progress_permille,omitempty"`
+	Terminal bool      `json:"terminal"`
+}
+
+// Proof is GET /delegations/{id}/verify.
+type Proof struct {
+	Valid       bool      `json:"valid"`
+	Error       string    `json:"error,omitempty"`
+	Provider    string    `json:"provider,omitempty"`
+	Requester   string    `json:"requester,omitempty"`
+	State       string    `json:"state,omitempty"`
+	Usage       Usage     `json:"usage"`
+	OfferSHA256 string    `json:"offer_sha256,omitempty"`
+	Transcript  string    `json:"transcript_sha256,omitempty"`
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
+// StateTerminal reports whether a state name is terminal.
+func StateTerminal(s string) bool {
+	var st protocol.State
+	return st.UnmarshalText([]byte(s)) == nil && st.Terminal()
+}

@@ -1,0 +1,357 @@
+package node
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/delegation"
+	"github.com/kithmesh/kith/node/api"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// maxAPIBody caps a request body on the control API.
+const maxAPIBody = 1 << 20
+
+func (n *Node) apiHandler() http.Handler {
+	mux := http.NewServeMux()
+	p := api.Prefix
+	mux.HandleFunc("GET "+p+"/node", n.handleNode)
+	mux.HandleFunc("GET "+p+"/peers", n.handlePeers)
+	mux.HandleFunc("POST "+p+"/peers", n.handleAddPeer)
+	mux.HandleFunc("GET "+p+"/profiles", n.handleProfiles)
+	mux.HandleFunc("POST "+p+"/delegations", n.handleDelegate)
+	mux.HandleFunc("GET "+p+"/delegations", n.handleList)
+	mux.HandleFunc("GET "+p+"/delegations/{id}", n.handleGet)
+	mux.HandleFunc("GET "+p+"/delegations/{id}/events", n.handleEvents)
+	mux.HandleFunc("POST "+p+"/delegations/{id}/cancel", n.handleCancel)
+	mux.HandleFunc("GET "+p+"/delegations/{id}/verify", n.handleVerify)
+	mux.HandleFunc("GET "+p+"/tree", n.handleTree)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, api.Error{Error: err.Error()})
+}
+
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
+		return false
+	}
+	return true
+}
+
+func (n *Node) handleNode(w http.ResponseWriter, _ *http.Request) {
+	info := api.NodeInfo{PeerID: n.PeerID().String(), Addrs: n.Addrs(), Version: Version}
+	for _, p := range n.Engine().Profiles() {
+		info.Profiles = append(info.Profiles, p.Name)
+	}
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (n *Node) handlePeers(w http.ResponseWriter, _ *http.Request) {
+	peers, err := n.Store().ListPeers()
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	h := n.Host()
+	out := []api.Peer{}
+	for _, p := range peers {
+		out = append(out, api.Peer{
+			ID: p.ID.String(), Addrs: p.Addrs, Sources: p.Sources, Trust: p.Trust.String(),
+			Access: p.Access.String(), LastSeen: p.LastSeen,
+			Connected: h.Network().Connectedness(p.ID) == network.Connected,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
+	var req api.AddPeer
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	ai, err := AddPeerToStore(n.Store(), req.Addr, "static")
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	n.connectNow(ai)
+	p, err := n.Store().GetPeer(ai.ID)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.Peer{
+		ID: p.ID.String(), Addrs: p.Addrs, Sources: p.Sources, Trust: p.Trust.String(), Access: p.Access.String(),
+		Connected: n.Host().Network().Connectedness(p.ID) == network.Connected, LastSeen: p.LastSeen,
+	})
+}
+
+func (n *Node) handleProfiles(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, n.Engine().Profiles())
+}
+
+func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
+	var req api.DelegateRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	dr := delegation.Request{
+		Profile: req.Profile, BudgetTokens: req.Budget, ContextID: protocol.ContextID(req.ContextID),
+		Task: protocol.Task{Role: "user", Parts: []protocol.Part{protocol.TextPart(req.Text)}},
+	}
+	if req.Peer != "" {
+		p, err := peer.Decode(req.Peer)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("peer %q: %w", req.Peer, err))
+			return
+		}
+		dr.Peer = p
+	}
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("timeout %q: want a positive duration like 30s", req.Timeout))
+			return
+		}
+		dr.Timeout = d
+	}
+	if req.Parent != "" {
+		id, err := protocol.ParseDelegationID(req.Parent)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+		dr.Parent = id
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	id, err := n.Engine().Delegate(ctx, dr)
+	if err != nil {
+		code := http.StatusBadGateway
+		if errors.Is(err, delegation.ErrBadRequest) {
+			code = http.StatusBadRequest
+		}
+		writeErr(w, code, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.DelegateResponse{ID: id.String()})
+}
+
+func (n *Node) lookup(w http.ResponseWriter, r *http.Request) (store.Delegation, bool) {
+	id, err := protocol.ParseDelegationID(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return store.Delegation{}, false
+	}
+	d, err := n.Store().GetDelegation(store.RoleRequester, id)
+	if errors.Is(err, store.ErrNotFound) {
+		d, err = n.Store().GetDelegation(store.RoleProvider, id)
+	}
+	if err != nil {
+		code := http.StatusInternalServerError
+		if errors.Is(err, store.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		writeErr(w, code, fmt.Errorf("delegation %s: %w", id, err))
+		return d, false
+	}
+	return d, true
+}
+
+func toAPI(d store.Delegation) api.Delegation {
+	out := api.Delegation{
+		ID: d.ID.String(), Role: d.Role.String(), Profile: d.Profile, State: d.State.String(), Reason: d.Reason,
+		Remote: d.Remote, ContextID: string(d.ContextID), Budget: d.BudgetTokens,
+		Usage:     api.Usage{Prompt: d.Usage.Prompt, Completion: d.Usage.Completion, Total: d.Usage.Total},
+		Output:    delegation.Output(d),
+		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Terminal: d.State.Terminal(),
+	}
+	if d.Peer != "" {
+		out.Peer = d.Peer.String()
+	}
+	if !d.Parent.IsZero() {
+		out.Parent = d.Parent.String()
+	}
+	return out
+}
+
+func (n *Node) handleGet(w http.ResponseWriter, r *http.Request) {
+	if d, ok := n.lookup(w, r); ok {
+		writeJSON(w, http.StatusOK, toAPI(d))
+	}
+}
+
+func (n *Node) handleList(w http.ResponseWriter, _ *http.Request) {
+	ds, err := n.Store().ListDelegations(store.DelegationFilter{Limit: 1000})
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	out := []api.Delegation{}
+	for _, d := range ds {
+		out = append(out, toAPI(d))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (n *Node) handleCancel(w http.ResponseWriter, r *http.Request) {
+	d, ok := n.lookup(w, r)
+	if !ok {
+		return
+	}
+	if err := n.Engine().Cancel(d.ID, "cancelled by user"); err != nil {
+		code := http.StatusConflict
+		if errors.Is(err, delegation.ErrUnknown) {
+			code = http.StatusNotFound
+		}
+		writeErr(w, code, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+func (n *Node) handleVerify(w http.ResponseWriter, r *http.Request) {
+	d, ok := n.lookup(w, r)
+	if !ok {
+		return
+	}
+	p, err := n.Engine().Verify(d.ID)
+	out := api.Proof{Valid: err == nil}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if p.Provider != "" {
+		out.Provider, out.Requester, out.State = p.Provider.String(), p.Requester.String(), p.State.String()
+		out.Usage = api.Usage{Prompt: p.Usage.Prompt, Completion: p.Usage.Completion, Total: p.Usage.Total}
+		out.OfferSHA256, out.Transcript = hex.EncodeToString(p.OfferSHA256[:]), hex.EncodeToString(p.TranscriptSHA256[:])
+		out.CompletedAt = p.CompletedAt
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (n *Node) handleTree(w http.ResponseWriter, _ *http.Request) {
+	roots, err := n.Engine().Tree(1000)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	var conv func(*delegation.Node) api.TreeNode
+	conv = func(t *delegation.Node) api.TreeNode {
+		out := api.TreeNode{Delegation: toAPI(t.Delegation)}
+		for _, c := range t.Children {
+			out.Children = append(out.Children, conv(c))
+		}
+		return out
+	}
+	out := []api.TreeNode{}
+	for _, r := range roots {
+		out = append(out, conv(r))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func eventToAPI(ev store.Event) api.Event {
+	out := api.Event{Seq: ev.Seq, At: ev.At, Type: ev.Type, State: ev.State.String(), Terminal: ev.State.Terminal()}
+	if ev.Type == delegation.EventStatus {
+		if m, err := protocol.DecodeMessage(ev.Data); err == nil {
+			if st, ok := m.(*protocol.DelegationStatus); ok {
+				out.Progress = st.ProgressPermille
+				for _, p := range st.Partial {
+					out.Partial += p.Text
+				}
+			}
+		}
+	}
+	return out
+}
+
+// handleEvents streams a delegation's event log as server-sent events: the
+// log so far, then live events, until the delegation is terminal.
+func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
+	d, ok := n.lookup(w, r)
+	if !ok {
+		return
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		writeErr(w, http.StatusInternalServerError, errors.New("streaming unsupported"))
+		return
+	}
+	ch, unsubscribe := n.Engine().Subscribe(d.Role, d.ID)
+	defer unsubscribe()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	var last uint64
+	send := func(ev store.Event) bool {
+		if ev.Seq <= last {
+			return false
+		}
+		last = ev.Seq
+		b, _ := json.Marshal(eventToAPI(ev))
+		fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ev.Seq, b)
+		fl.Flush()
+		return ev.State.Terminal()
+	}
+	// Catch up from the log, then follow live; re-read the log when a
+	// gap shows (a slow subscriber misses events).
+	catchUp := func() bool {
+		evs, err := n.Store().Events(d.Role, d.ID, last)
+		if err != nil {
+			return true
+		}
+		for _, ev := range evs {
+			if send(ev) {
+				return true
+			}
+		}
+		return false
+	}
+	if catchUp() {
+		return
+	}
+	tick := time.NewTicker(15 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-ch:
+			if ev.Seq > last+1 {
+				if catchUp() {
+					return
+				}
+				continue
+			}
+			if send(ev) {
+				return
+			}
+		case <-tick.C:
+			if catchUp() {
+				return
+			}
+			fmt.Fprint(w, ": keep-alive\n\n")
+			fl.Flush()
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package config
+
+import (
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// FileName is the name of the config file inside the node's home directory.
+const FileName = "config.toml"
+
+// Defaults that are not visible in Default() because they apply when a
+// value is left at zero.
+const (
+	// DefaultSocketName is the API socket, inside the home directory, that
+	// an empty api_socket means.
+	DefaultSocketName = "kith.sock"
+	// DefaultStoreDir is the database directory, inside the home
+	// directory, that an empty store.path means.
+	DefaultStoreDir = "data"
+	// DefaultMaxBudgetTokens is a profile's max_budget_tokens when it is
+	// left at 0.
+	DefaultMaxBudgetTokens uint64 = 4096
+)
+
+// Config is the whole of config.toml. The zero value is not useful; start
+// from Default() or Load.
+type Config struct {
+	// Listen lists the multiaddrs the libp2p host listens on.
+	// Default: ["/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"].
+	// An empty list makes a node that only dials out.
+	Listen []string `toml:"listen"`
+
+	// Peers lists static peers the node connects to at start, each a full
+	// multiaddr ending in /p2p/<peer id>. Default: none.
+	Peers []string `toml:"peers"`
+
+	// APISocket is the unix socket of the local control API (mode 0600).
+	// Default: "", which means <home>/kith.sock; a relative path is relative
+	// to <home>. See SocketPath.
+	APISocket string `toml:"api_socket"`
+
+	// LogLevel is the lowest level logged: "debug", "info", "warn" or
+	// "error". Default: "info".
+	LogLevel string `toml:"log_level"`
+
+	// Store configures the database ([store]).
+	Store Store `toml:"store"`
+
+	// Limits bounds what peers may cost this node ([limits]).
+	Limits Limits `toml:"limits"`
+
+	// Profiles are the kinds of work this node offers ([[profiles]]).
+	// Default: one profile "echo" with executor "echo". A file with no
+	// profiles key keeps that default; "profiles = []" offers nothing.
+	Profiles []Profile `toml:"profiles"`
+}
+
+// Store is the [store] table.
+type Store struct {
+	// Durable syncs every write to disk before it is acknowledged, so
+	// acknowledged state survives a power loss. false is faster and may lose
+	// the last writes in a crash, never corrupt older ones. Default: true.
+	Durable bool `toml:"durable"`
+
+	// Path is the database directory. Default: "", which means <home>/data;
+	// a relative path is relative to <home>. See StorePath.
+	Path string `toml:"path"`
+}
+
+// Limits is the [limits] table.
+type Limits struct {
+	// MaxFrameBytes caps one protocol frame this node accepts, in bytes;
+	// larger frames end the stream before they are read. Default: 4194304
+	// (4 MiB); at least 65536 (64 KiB), at most 67108864 (64 MiB).
+	MaxFrameBytes int `toml:"max_frame_bytes"`
+
+	// StreamIdleTimeout closes a stream on which nothing arrived for this
+	// long. Default: "30s".
+	StreamIdleTimeout Duration `toml:"stream_idle_timeout"`
+
+	// MaxRemoteConcurrent is how many delegations from other peers run at
+	// once (the remote pool); local work is not counted. Default: 4; at
+	// least 1.
+	MaxRemoteConcurrent int `toml:"max_remote_concurrent"`
+
+	// DefaultTimeout is a delegation's timeout when neither the offer nor
+	// the profile sets one. Default: "5m"; at most max_timeout.
+	DefaultTimeout Duration `toml:"default_timeout"`
+
+	// MaxTimeout caps every delegation's timeout, whatever the offer asks.
+	// Default: "1h".
+	MaxTimeout Duration `toml:"max_timeout"`
+
+	// DefaultHopLimit is the hop limit of offers this node starts: how many
+	// providers a task may pass through. Default: 4; 1 to 16.
+	DefaultHopLimit int `toml:"default_hop_limit"`
+
+	// EnvelopeMaxSkew is how far in the future a message's issued_at may be
+	// (peers' clocks differ). Default: "30s"; at most "10m", because the
+	// replay cache must remember message IDs that much longer.
+	EnvelopeMaxSkew Duration `toml:"envelope_max_skew"`
+}
+
+// Executor names what runs the work behind a profile.
+type Executor string
+
+// The executors a profile may name.
+const (
+	// ExecutorEcho returns the task as the result; for demos and tests.
+	ExecutorEcho Executor = "echo"
+	// ExecutorExec runs a command with the task on stdin and takes the
+	// result from stdout.
+	ExecutorExec Executor = "exec"
+	// ExecutorOpenAI sends the task to an OpenAI-compatible chat endpoint
+	// (Ollama, vLLM, llama.cpp server, ...).
+	ExecutorOpenAI Executor = "openai"
+)
+
+// executors lists the valid executors, in the order messages name them.
+var executors = []Executor{ExecutorEcho, ExecutorExec, ExecutorOpenAI}
+
+// Profile is one [[profiles]] entry: a named kind of work this node offers
+// to itself and to its peers. The fields after VRAMMiB belong to one
+// executor each; setting one for another executor is an error.
+type Profile struct {
+	// Name identifies the profile in offers, adverts and the CLI. Required;
+	// [a-z0-9][a-z0-9._-]{0,63}; unique within the file.
+	Name string `toml:"name"`
+
+	// Description says what the profile does, for peers and A2A agent
+	// cards. Default: "". At most 1024 bytes.
+	Description string `toml:"description"`
+
+	// Skills are free-form tags peers can search for. Default: none. At
+	// most 64, each 1 to 64 bytes.
+	Skills []string `toml:"skills"`
+
+	// Executor runs the work: "echo", "exec" or "openai". Required.
+	Executor Executor `toml:"executor"`
+
+	// MaxBudgetTokens is the largest token budget an offer may name; offers
+	// above it are rejected budget_too_high. Default: 0, which means 4096.
+	// See EffectiveMaxBudgetTokens.
+	MaxBudgetTokens uint64 `toml:"max_budget_tokens"`
+
+	// Timeout is the profile's delegation timeout when the offer sets none.
+	// Default: "0s", which means limits.default_timeout; at most
+	// limits.max_timeout. See EffectiveTimeout.
+	Timeout Duration `toml:"timeout"`
+
+	// VRAMMiB is the GPU memory one delegation of this profile leases, in
+	// MiB. Default: 0 (needs no GPU).
+	VRAMMiB uint64 `toml:"vram_mib"`
+
+	// Command is the exec executor's argv: the task arrives on stdin, the
+	// result is read from stdout. Required for exec, with a non-empty first
+	// element; no shell is involved.
+	Command []string `toml:"command"`
+
+	// Dir is the exec executor's working directory. Default: "", the
+	// daemon's working directory; otherwise an absolute path.
+	Dir string `toml:"dir"`
+
+	// Env adds "KEY=VALUE" entries to the exec executor's environment.
+	// Default: none.
+	Env []string `toml:"env"`
+
+	// URL is the openai executor's base URL, http or https, e.g.
+	// "http://127.0.0.1:11434/v1" (Ollama); "/chat/completions" is appended.
+	// Required for openai.
+	URL string `toml:"url"`
+
+	// Model is the model the openai executor asks for. Required for openai.
+	Model string `toml:"model"`
+
+	// APIKeyEnv names the environment variable that holds the openai
+	// executor's API key, so the key never sits in this file. Default: "",
+	// no key sent.
+	APIKeyEnv string `toml:"api_key_env"`
+
+	// System is the openai executor's system prompt. Default: "", none.
+	System string `toml:"system"`
+}
+
+// Default returns the built-in configuration. Each call returns fresh
+// slices, so the caller may modify the result.
+func Default() Config {
+	return Config{
+		Listen: []string{
+			"/ip4/0.0.0.0/tcp/4001",
+			"/ip4/0.0.0.0/udp/4001/quic-v1",
+		},
+		LogLevel: "info",
+		Store: Store{
+			Durable: true,
+		},
+		Limits: Limits{
+			MaxFrameBytes:       protocol.DefaultMaxFrame,
+			StreamIdleTimeout:   Duration(30 * time.Second),
+			MaxRemoteConcurrent: 4,
+			DefaultTimeout:      Duration(5 * time.Minute),
+			MaxTimeout:          Duration(time.Hour),
+			DefaultHopLimit:     4,
+			EnvelopeMaxSkew:     Duration(30 * time.Second),
+		},
+		Profiles: []Profile{{
+			Name:        "echo",
+			Description: "Echoes the task back; for demos and tests",
+			Executor:    ExecutorEcho,
+		}},
+	}
+}
+
+// SocketPath returns the API socket's path for a node whose home directory
+// is home.
+func (c Config) SocketPath(home string) string {
+	return underHome(home, c.APISocket, DefaultSocketName)
+}
+
+// StorePath returns the database directory for a node whose home directory
+// is home.
+func (c Config) StorePath(home string) string {
+	return underHome(home, c.Store.Path, DefaultStoreDir)
+}
+
+func underHome(home, p, def string) string {
+	switch {
+	case p == "":
+		return filepath.Join(home, def)
+	case filepath.IsAbs(p):
+		return filepath.Clean(p)
+	default:
+		return filepath.Join(home, p)
+	}
+}
+
+// SlogLevel returns LogLevel as a slog.Level; an invalid level (which
+// Validate rejects) reads as info.
+func (c Config) SlogLevel() slog.Level {
+	if l, ok := logLevels[c.LogLevel]; ok {
+		return l
+	}
+	return slog.LevelInfo
+}
+
+var logLevels = map[string]slog.Level{
+	"debug": slog.LevelDebug,
+	"info":  slog.LevelInfo,
+	"warn":  slog.LevelWarn,
+	"error": slog.LevelError,
+}
+
+// Profile returns the profile named name.
+func (c Config) Profile(name string) (Profile, bool) {
+	for _, p := range c.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Profile{}, false
+}
+
+// EffectiveMaxBudgetTokens is MaxBudgetTokens, or DefaultMaxBudgetTokens
+// when that is 0.
+func (p Profile) EffectiveMaxBudgetTokens() uint64 {
+	if p.MaxBudgetTokens == 0 {
+		return DefaultMaxBudgetTokens
+	}
+	return p.MaxBudgetTokens
+}
+
+// EffectiveTimeout is the profile's Timeout, or l.DefaultTimeout when that
+// is 0, capped at l.MaxTimeout.
+func (p Profile) EffectiveTimeout(l Limits) time.Duration {
+	d := p.Timeout.Std()
+	if d <= 0 {
+		d = l.DefaultTimeout.Std()
+	}
+	if m := l.MaxTimeout.Std(); m > 0 && d > m {
+		d = m
+	}
+	return d
+}

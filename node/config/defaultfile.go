@@ -1,0 +1,216 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// DefaultFile returns the config.toml that "kith init" writes: every key,
+// each with a one-line explanation, set or commented out with its default,
+// and commented examples of an exec and an openai profile. It loads back to
+// Default() with Listen set to listen (to Default().Listen when listen is
+// empty). The values come from Default(), so the file cannot drift from it.
+func DefaultFile(listen []string) []byte {
+	d := Default()
+	if len(listen) > 0 {
+		d.Listen = append([]string(nil), listen...)
+	}
+	var w fileWriter
+
+	w.line("# kith configuration: $KITH_HOME/config.toml, written by \"kith init\".")
+	w.line("#")
+	w.line("# A commented-out key takes the default shown with it. Unknown keys are")
+	w.line("# errors. Command-line flags override this file. To check the file without")
+	w.line("# starting the node, run: kith daemon --check")
+	w.line("#")
+	w.line("# Top-level keys go above the first [table] header: TOML puts every key")
+	w.line("# below a header into that table.")
+	w.blank()
+
+	w.comment("Multiaddrs to listen on. An empty list makes a node that only dials out.")
+	w.set("listen", tomlList(d.Listen))
+	w.blank()
+	w.comment("Static peers to connect to at start: full multiaddrs ending in")
+	w.comment("/p2p/<peer id>, e.g. \"/ip4/192.168.1.20/tcp/4001/p2p/12D3KooW...\".")
+	w.show("peers", tomlArray(d.Peers))
+	w.blank()
+	w.comment("Unix socket of the local control API (mode 0600). \"\" means")
+	w.comment("<home>/" + DefaultSocketName + "; a relative path is relative to <home>.")
+	w.show("api_socket", tomlString(d.APISocket))
+	w.blank()
+	w.comment("Lowest level logged: \"debug\", \"info\", \"warn\" or \"error\".")
+	w.show("log_level", tomlString(d.LogLevel))
+	w.blank()
+
+	w.line("[store]")
+	w.comment("Sync every write to disk before acknowledging it, so acknowledged state")
+	w.comment("survives a power loss. false is faster; a crash may lose the last writes.")
+	w.show("durable", fmt.Sprint(d.Store.Durable))
+	w.comment("Database directory. \"\" means <home>/" + DefaultStoreDir + "; a relative path is relative")
+	w.comment("to <home>.")
+	w.show("path", tomlString(d.Store.Path))
+	w.blank()
+
+	l := d.Limits
+	w.line("[limits]")
+	w.comment("Largest protocol frame this node accepts, in bytes: 64 KiB to 64 MiB.")
+	w.show("max_frame_bytes", fmt.Sprint(l.MaxFrameBytes))
+	w.comment("Close a stream on which nothing arrived for this long.")
+	w.show("stream_idle_timeout", tomlString(l.StreamIdleTimeout.String()))
+	w.comment("Delegations from other peers that run at once; local work is not counted.")
+	w.show("max_remote_concurrent", fmt.Sprint(l.MaxRemoteConcurrent))
+	w.comment("A delegation's timeout when neither the offer nor its profile sets one.")
+	w.show("default_timeout", tomlString(l.DefaultTimeout.String()))
+	w.comment("Upper bound on every delegation's timeout, whatever the offer asks.")
+	w.show("max_timeout", tomlString(l.MaxTimeout.String()))
+	w.comment("Hop limit of offers this node starts: how many providers a task may")
+	w.comment(fmt.Sprintf("pass through, %d to %d.", MinHopLimit, MaxHopLimit))
+	w.show("default_hop_limit", fmt.Sprint(l.DefaultHopLimit))
+	w.comment("How far ahead of this node's clock a peer's message may be dated;")
+	w.comment(fmt.Sprintf("at most %q.", Duration(MaxEnvelopeSkew)))
+	w.show("envelope_max_skew", tomlString(l.EnvelopeMaxSkew.String()))
+	w.blank()
+
+	w.comment("Profiles: the kinds of work this node offers, to itself and to its peers,")
+	w.comment("one [[profiles]] block each. With no profiles key at all the node offers the")
+	w.comment("built-in \"echo\" profile; to offer nothing, write profiles = [] at the top.")
+	for _, p := range d.Profiles {
+		w.profile(p)
+	}
+
+	w.comment("An exec profile runs a command, without a shell: the task arrives on stdin")
+	w.comment("and the result is read from stdout.")
+	w.comment("")
+	w.example(`[[profiles]]`)
+	w.example(`name = "summarize"`)
+	w.example(`description = "Summarizes text with a local script"`)
+	w.example(`executor = "exec"`)
+	w.example(`command = ["/usr/local/bin/summarize", "--json"]  # required: the argv`)
+	w.example(`dir = ""   # working directory, an absolute path; "" is the daemon's`)
+	w.example(`env = []   # extra environment entries, "NAME=value"`)
+	w.blank()
+	w.comment("An openai profile sends the task to an OpenAI-compatible chat endpoint")
+	w.comment("(Ollama, vLLM, llama.cpp's server, ...).")
+	w.comment("")
+	w.example(`[[profiles]]`)
+	w.example(`name = "llama"`)
+	w.example(`description = "Llama 3.1 8B on the local GPU"`)
+	w.example(`skills = ["chat", "summarize"]`)
+	w.example(`executor = "openai"`)
+	w.example(`url = "http://127.0.0.1:11434/v1"  # required: base URL, http or https`)
+	w.example(`model = "llama3.1:8b"             # required`)
+	w.example(`api_key_env = ""                  # env var holding the API key; "" sends none`)
+	w.example(`system = ""                       # system prompt; "" sends none`)
+	w.example(`vram_mib = 6144`)
+	return []byte(w.b.String())
+}
+
+// profile writes one [[profiles]] block: the keys every profile needs set,
+// and the optional ones with their defaults unless p sets them.
+func (w *fileWriter) profile(p Profile) {
+	w.line("[[profiles]]")
+	w.comment(fmt.Sprintf("Unique name: a-z, 0-9, '.', '_', '-'; up to %d characters.", protocol.MaxProfileNameLen))
+	w.set("name", tomlString(p.Name))
+	w.comment("What the profile does, shown to peers and in A2A agent cards.")
+	w.setOrShow(p.Description != "", "description", tomlString(p.Description))
+	w.comment("Free-form tags peers can search for.")
+	w.setOrShow(len(p.Skills) > 0, "skills", tomlArray(p.Skills))
+	w.comment("What runs the work: " + executorList() + ".")
+	w.set("executor", tomlString(string(p.Executor)))
+	w.comment("Largest token budget an offer may name; 0 also means the default.")
+	if p.MaxBudgetTokens != 0 {
+		w.set("max_budget_tokens", fmt.Sprint(p.MaxBudgetTokens))
+	} else {
+		w.show("max_budget_tokens", fmt.Sprint(DefaultMaxBudgetTokens))
+	}
+	w.comment("Timeout when the offer sets none; \"0s\" means limits.default_timeout.")
+	w.setOrShow(p.Timeout != 0, "timeout", tomlString(p.Timeout.String()))
+	w.comment("GPU memory one delegation leases, in MiB; 0 needs no GPU.")
+	w.setOrShow(p.VRAMMiB != 0, "vram_mib", fmt.Sprint(p.VRAMMiB))
+	w.blank()
+}
+
+type fileWriter struct{ b strings.Builder }
+
+func (w *fileWriter) line(s string) { w.b.WriteString(s + "\n") }
+func (w *fileWriter) blank()        { w.line("") }
+
+func (w *fileWriter) comment(s string) {
+	if s == "" {
+		w.line("#")
+		return
+	}
+	w.line("# " + s)
+}
+
+// set writes an active key; show writes a key commented out with its
+// default. "#key" without a space marks a default that uncommenting keeps
+// as it is; "#   " marks an example.
+func (w *fileWriter) set(key, value string)  { w.line(key + " = " + value) }
+func (w *fileWriter) show(key, value string) { w.line("#" + key + " = " + value) }
+func (w *fileWriter) example(s string)       { w.line("#   " + s) }
+
+func (w *fileWriter) setOrShow(set bool, key, value string) {
+	if set {
+		w.set(key, value)
+	} else {
+		w.show(key, value)
+	}
+}
+
+// tomlArray writes ss on one line.
+func tomlArray(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = tomlString(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// tomlList writes ss one element a line, which is easier to edit.
+func tomlList(ss []string) string {
+	if len(ss) == 0 {
+		return "[]"
+	}
+	var b strings.Builder
+	b.WriteString("[\n")
+	for _, s := range ss {
+		b.WriteString("  " + tomlString(s) + ",\n")
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// tomlString quotes s as a TOML basic string. strconv.Quote will not do:
+// TOML has no \x or \a escapes.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\r':
+			b.WriteString(`\r`)
+		case utf8.RuneError:
+			b.WriteString(`\uFFFD`)
+		default:
+			if r < 0x20 || r == 0x7f {
+				fmt.Fprintf(&b, `\u%04X`, r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}

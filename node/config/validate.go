@@ -1,0 +1,259 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// Bounds that Validate enforces.
+const (
+	MinFrameBytes   = 64 << 10
+	MaxFrameBytes   = 64 << 20
+	MinHopLimit     = 1
+	MaxHopLimit     = 16
+	MaxEnvelopeSkew = 10 * time.Minute
+)
+
+// profileNameRe is stricter than protocol.CheckProfileName: profile names
+// also become file names, DHT keys and URL path segments.
+var profileNameRe = regexp.MustCompile(fmt.Sprintf(`^[a-z0-9][a-z0-9._-]{0,%d}$`, protocol.MaxProfileNameLen-1))
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Validate checks c against every rule and reports every problem at once:
+// the result is nil or an errors.Join of *KeyError, each naming its key
+// (e.g. `profiles[1].command: required when executor = "exec"`). It does
+// no I/O: commands, directories and environment variables are checked when
+// they are used.
+func (c Config) Validate() error { return join(c.validate()) }
+
+func (c Config) validate() problems {
+	var ps problems
+	c.validateNetwork(&ps)
+	if _, ok := logLevels[c.LogLevel]; !ok {
+		ps.add("log_level", "%q is not a level; want \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel)
+	}
+	c.Limits.validate(&ps)
+	c.validateProfiles(&ps)
+	return ps
+}
+
+func (c Config) validateNetwork(ps *problems) {
+	seen := make(map[string]int, len(c.Listen))
+	for i, s := range c.Listen {
+		key := fmt.Sprintf("listen[%d]", i)
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			ps.add(key, "%q is not a multiaddr: %v", s, err)
+			continue
+		}
+		// Two equal addresses would fail at start with "address in use".
+		if j, dup := seen[a.String()]; dup {
+			ps.add(key, "%q repeats listen[%d]", s, j)
+			continue
+		}
+		seen[a.String()] = i
+	}
+	for i, s := range c.Peers {
+		key := fmt.Sprintf("peers[%d]", i)
+		if _, err := ma.NewMultiaddr(s); err != nil {
+			ps.add(key, "%q is not a multiaddr: %v", s, err)
+			continue
+		}
+		ai, err := peer.AddrInfoFromString(s)
+		if err != nil {
+			ps.add(key, "%q must end in /p2p/<peer id>: %v", s, err)
+			continue
+		}
+		if len(ai.Addrs) == 0 {
+			ps.add(key, "%q has no address to dial; want e.g. \"/ip4/192.168.1.20/tcp/4001/p2p/%s\"", s, ai.ID)
+		}
+	}
+}
+
+func (l Limits) validate(ps *problems) {
+	if l.MaxFrameBytes < MinFrameBytes || l.MaxFrameBytes > MaxFrameBytes {
+		ps.add("limits.max_frame_bytes", "%d is out of range; want %d (64 KiB) to %d (64 MiB)", l.MaxFrameBytes, MinFrameBytes, MaxFrameBytes)
+	}
+	positive(ps, "limits.stream_idle_timeout", l.StreamIdleTimeout)
+	if l.MaxRemoteConcurrent < 1 {
+		ps.add("limits.max_remote_concurrent", "%d; want at least 1", l.MaxRemoteConcurrent)
+	}
+	defOK := positive(ps, "limits.default_timeout", l.DefaultTimeout)
+	maxOK := positive(ps, "limits.max_timeout", l.MaxTimeout)
+	if defOK && maxOK && l.DefaultTimeout > l.MaxTimeout {
+		ps.add("limits.default_timeout", "%s is above limits.max_timeout (%s)", l.DefaultTimeout, l.MaxTimeout)
+	}
+	if l.DefaultHopLimit < MinHopLimit || l.DefaultHopLimit > MaxHopLimit {
+		ps.add("limits.default_hop_limit", "%d is out of range; want %d to %d", l.DefaultHopLimit, MinHopLimit, MaxHopLimit)
+	}
+	if positive(ps, "limits.envelope_max_skew", l.EnvelopeMaxSkew) && l.EnvelopeMaxSkew.Std() > MaxEnvelopeSkew {
+		ps.add("limits.envelope_max_skew", "%s is above %s; a larger skew widens the replay window", l.EnvelopeMaxSkew, Duration(MaxEnvelopeSkew))
+	}
+}
+
+func positive(ps *problems, key string, d Duration) bool {
+	if d <= 0 {
+		ps.add(key, "%s; want a positive duration such as \"30s\"", d)
+		return false
+	}
+	return true
+}
+
+func (c Config) validateProfiles(ps *problems) {
+	if len(c.Profiles) > protocol.MaxProfiles {
+		ps.add("profiles", "%d profiles; at most %d can be advertised", len(c.Profiles), protocol.MaxProfiles)
+	}
+	seen := make(map[string]int, len(c.Profiles))
+	for i, p := range c.Profiles {
+		key := fmt.Sprintf("profiles[%d]", i)
+		p.validate(ps, key, c.Limits)
+		if p.Name == "" {
+			continue
+		}
+		if j, dup := seen[p.Name]; dup {
+			ps.add(key+".name", "%q is already the name of profiles[%d]", p.Name, j)
+			continue
+		}
+		seen[p.Name] = i
+	}
+}
+
+func (p Profile) validate(ps *problems, key string, l Limits) {
+	switch {
+	case p.Name == "":
+		ps.add(key+".name", "required")
+	case !profileNameRe.MatchString(p.Name):
+		ps.add(key+".name", "%q is not a profile name; want 1 to %d of a-z, 0-9, '.', '_', '-', starting with a letter or digit", p.Name, protocol.MaxProfileNameLen)
+	}
+	if len(p.Description) > protocol.MaxDescriptionLen {
+		ps.add(key+".description", "%d bytes; at most %d", len(p.Description), protocol.MaxDescriptionLen)
+	}
+	if len(p.Skills) > protocol.MaxSkills {
+		ps.add(key+".skills", "%d skills; at most %d", len(p.Skills), protocol.MaxSkills)
+	}
+	for j, s := range p.Skills {
+		if s == "" || len(s) > protocol.MaxSkillLen {
+			ps.add(fmt.Sprintf("%s.skills[%d]", key, j), "%q; want 1 to %d bytes", s, protocol.MaxSkillLen)
+		}
+	}
+	if p.Timeout < 0 {
+		ps.add(key+".timeout", "%s is negative; 0 means limits.default_timeout", p.Timeout)
+	} else if l.MaxTimeout > 0 && p.Timeout > l.MaxTimeout {
+		ps.add(key+".timeout", "%s is above limits.max_timeout (%s)", p.Timeout, l.MaxTimeout)
+	}
+
+	switch p.Executor {
+	case "":
+		ps.add(key+".executor", "required; want %s", executorList())
+		return
+	case ExecutorEcho:
+	case ExecutorExec:
+		p.validateExec(ps, key)
+	case ExecutorOpenAI:
+		p.validateOpenAI(ps, key)
+	default:
+		// The executor-specific keys cannot be judged against an executor
+		// that does not exist.
+		ps.add(key+".executor", "unknown executor %q; want %s", p.Executor, executorList())
+		return
+	}
+	for _, f := range p.executorFields() {
+		if f.set && f.owner != p.Executor {
+			ps.add(key+"."+f.key, "only for executor = %q; this profile's executor is %q", f.owner, p.Executor)
+		}
+	}
+}
+
+func (p Profile) validateExec(ps *problems, key string) {
+	switch {
+	case len(p.Command) == 0:
+		ps.add(key+".command", "required when executor = %q", ExecutorExec)
+	case p.Command[0] == "":
+		ps.add(key+".command", "the program, command[0], is empty")
+	}
+	if p.Dir != "" && !filepath.IsAbs(p.Dir) {
+		ps.add(key+".dir", "%q is not an absolute path", p.Dir)
+	}
+	seen := make(map[string]int, len(p.Env))
+	for j, kv := range p.Env {
+		ekey := fmt.Sprintf("%s.env[%d]", key, j)
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !envNameRe.MatchString(name) {
+			ps.add(ekey, "%q; want \"NAME=value\" with NAME of letters, digits and '_'", kv)
+			continue
+		}
+		if k, dup := seen[name]; dup {
+			ps.add(ekey, "%s is already set by env[%d]", name, k)
+			continue
+		}
+		seen[name] = j
+	}
+}
+
+func (p Profile) validateOpenAI(ps *problems, key string) {
+	if p.URL == "" {
+		ps.add(key+".url", "required when executor = %q; e.g. \"http://127.0.0.1:11434/v1\"", ExecutorOpenAI)
+	} else if msg := checkBaseURL(p.URL); msg != "" {
+		ps.add(key+".url", "%q %s", p.URL, msg)
+	}
+	if p.Model == "" {
+		ps.add(key+".model", "required when executor = %q", ExecutorOpenAI)
+	}
+	if p.APIKeyEnv != "" && !envNameRe.MatchString(p.APIKeyEnv) {
+		ps.add(key+".api_key_env", "%q is not an environment variable name; put the key itself in the environment, not here", p.APIKeyEnv)
+	}
+}
+
+func checkBaseURL(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("is not a URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "is not an http or https URL"
+	case u.Host == "":
+		return "has no host"
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return "is a base URL and may not have a query or fragment"
+	}
+	return ""
+}
+
+type executorField struct {
+	key   string
+	owner Executor
+	set   bool
+}
+
+// executorFields lists the keys that belong to one executor each. A zero
+// value counts as unset: decoding cannot tell `dir = ""` from no dir, and
+// either way it changes nothing.
+func (p Profile) executorFields() []executorField {
+	return []executorField{
+		{"command", ExecutorExec, len(p.Command) > 0},
+		{"dir", ExecutorExec, p.Dir != ""},
+		{"env", ExecutorExec, len(p.Env) > 0},
+		{"url", ExecutorOpenAI, p.URL != ""},
+		{"model", ExecutorOpenAI, p.Model != ""},
+		{"api_key_env", ExecutorOpenAI, p.APIKeyEnv != ""},
+		{"system", ExecutorOpenAI, p.System != ""},
+	}
+}
+
+func executorList() string {
+	q := make([]string, len(executors))
+	for i, e := range executors {
+		q[i] = fmt.Sprintf("%q", e)
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}

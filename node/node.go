@@ -1,0 +1,372 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
+	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	ma "github.com/multiformats/go-multiaddr"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/delegation"
+	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/node/config"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// Options are what a caller adds to the config file.
+type Options struct {
+	Logger *slog.Logger
+	// Trace sees every delegation message crossing the wire (kith demo).
+	Trace delegation.Trace
+	// Handlers are in-process Go handlers, registered as local profiles.
+	Handlers map[string]executor.HandlerFunc
+}
+
+// Node is one kith node.
+type Node struct {
+	home string
+	cfg  config.Config
+	opts Options
+	log  *slog.Logger
+
+	ready chan struct{}
+	mu    sync.Mutex
+	id    *crypto.Identity
+	st    *store.Store
+	host  host.Host
+	eng   *delegation.Engine
+}
+
+// New checks the config and returns a node that Run will start. It does
+// no I/O.
+func New(home string, cfg config.Config, opts Options) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Node{home: home, cfg: cfg, opts: opts, log: opts.Logger.With("component", "node"), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once Run has started everything and the API is serving.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// Engine is the delegation engine; valid after Ready.
+func (n *Node) Engine() *delegation.Engine {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.eng
+}
+
+// PeerID is the node's peer ID; valid after Ready.
+func (n *Node) PeerID() peer.ID {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.id.PeerID()
+}
+
+// Host is the libp2p host; valid after Ready.
+func (n *Node) Host() host.Host {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.host
+}
+
+// Store is the node's store; valid after Ready.
+func (n *Node) Store() *store.Store {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.st
+}
+
+// Addrs are the full multiaddrs (ending in /p2p/<id>) the host listens on,
+// with the ports actually bound.
+func (n *Node) Addrs() []string {
+	h := n.Host()
+	var out []string
+	for _, a := range h.Addrs() {
+		out = append(out, a.String()+"/p2p/"+h.ID().String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SocketPath is where the control API listens.
+func (n *Node) SocketPath() string { return n.cfg.SocketPath(n.home) }
+
+// Run starts the node and serves until ctx ends, then stops everything in
+// order (API, engine, host, store) and returns.
+func (n *Node) Run(ctx context.Context) (err error) {
+	id, err := crypto.LoadIdentity(filepath.Join(n.home, IdentityFile))
+	if err != nil {
+		return fmt.Errorf("%w (run kith init first?)", err)
+	}
+	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, st.Close()) }()
+
+	h, err := libp2p.New(
+		libp2p.Identity(id.Libp2pKey()),
+		libp2p.ListenAddrStrings(n.cfg.Listen...),
+		libp2p.Transport(tcp.NewTCPTransport),
+		libp2p.Transport(quic.NewTransport),
+		libp2p.UserAgent("kith/"+Version),
+	)
+	if err != nil {
+		return fmt.Errorf("node: libp2p host: %w", err)
+	}
+	defer func() { err = errors.Join(err, h.Close()) }()
+
+	profs, err := profiles(n.cfg)
+	if err != nil {
+		return err
+	}
+	eng, err := delegation.New(delegation.Config{
+		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: &finder{h: h, st: st},
+		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
+		MaxRemoteConcurrent: n.cfg.Limits.MaxRemoteConcurrent,
+		DefaultTimeout:      n.cfg.Limits.DefaultTimeout.Std(),
+		MaxTimeout:          n.cfg.Limits.MaxTimeout.Std(),
+		DefaultHopLimit:     uint32(n.cfg.Limits.DefaultHopLimit),
+		Conn: protocol.ConnOptions{
+			MaxFrame:  n.cfg.Limits.MaxFrameBytes,
+			IOTimeout: n.cfg.Limits.StreamIdleTimeout.Std(),
+			MaxSkew:   n.cfg.Limits.EnvelopeMaxSkew.Std(),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	for name, hf := range n.opts.Handlers {
+		if err := eng.Register(name, hf); err != nil {
+			return err
+		}
+	}
+
+	ln, err := listenSocket(n.SocketPath())
+	if err != nil {
+		return err
+	}
+	api := &http.Server{Handler: n.apiHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	n.mu.Lock()
+	n.id, n.st, n.host, n.eng = id, st, h, eng
+	n.mu.Unlock()
+
+	g, gctx := errgroup.WithContext(ctx)
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Run(engCtx) }()
+	h.SetStreamHandler(protocol.ID, func(s network.Stream) {
+		eng.HandleStream(s, s.Conn().RemotePeer())
+	})
+	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
+		n.seen(c.RemotePeer(), c.RemoteMultiaddr())
+	}})
+
+	g.Go(func() error {
+		if err := api.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("node: api: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { n.connectStatic(gctx, h, st); return nil })
+	g.Go(func() error { n.maintain(gctx, st); return nil })
+	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath())
+	close(n.ready)
+
+	<-gctx.Done()
+	n.log.Info("node stopping")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = api.Shutdown(shutCtx)
+	h.RemoveStreamHandler(protocol.ID)
+	stopEngine()
+	engErr := <-engDone
+	gErr := g.Wait()
+	_ = os.Remove(n.SocketPath())
+	return errors.Join(engErr, gErr)
+}
+
+// listenSocket listens on a unix socket that only this user can use. A
+// stale socket from a crashed daemon is replaced; a live one means another
+// daemon runs on this home.
+func listenSocket(path string) (net.Listener, error) {
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("node: a daemon already serves %s", path)
+	}
+	_ = os.Remove(path)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("node: api socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("node: api socket permissions: %w", err)
+	}
+	return ln, nil
+}
+
+type hostDialer struct{ h host.Host }
+
+func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Stream, error) {
+	return d.h.NewStream(ctx, p, protocol.ID)
+}
+
+// finder offers every known peer that is not denied as a candidate.
+type finder struct {
+	h  host.Host
+	st *store.Store
+}
+
+func (f *finder) Candidates(context.Context, string) []peer.ID {
+	seen := map[peer.ID]bool{}
+	var out []peer.ID
+	peers, _ := f.st.ListPeers()
+	for _, p := range peers {
+		if p.Access != store.AccessDeny && !seen[p.ID] {
+			seen[p.ID] = true
+			out = append(out, p.ID)
+		}
+	}
+	for _, p := range f.h.Network().Peers() {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// AddPeer records a static peer (full multiaddr with /p2p/) and connects.
+func AddPeerToStore(st *store.Store, addr string, source string) (peer.AddrInfo, error) {
+	ai, err := peer.AddrInfoFromString(addr)
+	if err != nil {
+		return peer.AddrInfo{}, fmt.Errorf("peer address %q: %w (want a full multiaddr ending in /p2p/<peer id>)", addr, err)
+	}
+	_, err = st.UpdatePeer(ai.ID, func(p *store.Peer) error {
+		for _, a := range ai.Addrs {
+			if !slices.Contains(p.Addrs, a.String()) {
+				p.Addrs = append(p.Addrs, a.String())
+			}
+		}
+		if !slices.Contains(p.Sources, source) {
+			p.Sources = append(p.Sources, source)
+		}
+		return nil
+	})
+	return *ai, err
+}
+
+// connectStatic records the config's static peers, puts every stored
+// peer's addresses in the peerstore, and dials them, retrying those that
+// fail with a growing interval.
+func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) {
+	for _, a := range n.cfg.Peers {
+		if _, err := AddPeerToStore(st, a, "static"); err != nil {
+			n.log.Warn("static peer", "addr", a, "err", err)
+		}
+	}
+	backoff := time.Second
+	for {
+		peers, _ := st.ListPeers()
+		missing := 0
+		for _, p := range peers {
+			if p.Access == store.AccessDeny || p.ID == h.ID() {
+				continue
+			}
+			var addrs []ma.Multiaddr
+			for _, s := range p.Addrs {
+				if a, err := ma.NewMultiaddr(s); err == nil {
+					addrs = append(addrs, a)
+				}
+			}
+			h.Peerstore().AddAddrs(p.ID, addrs, peerstore.PermanentAddrTTL)
+			if h.Network().Connectedness(p.ID) == network.Connected || len(addrs) == 0 {
+				continue
+			}
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := h.Connect(dctx, peer.AddrInfo{ID: p.ID, Addrs: addrs}); err != nil {
+				missing++
+				n.log.Debug("connect peer", "peer", p.ID, "err", err)
+			}
+			cancel()
+		}
+		if missing == 0 {
+			backoff = 30 * time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// ConnectNow dials a peer right away (after kith peers add).
+func (n *Node) connectNow(ai peer.AddrInfo) {
+	h := n.Host()
+	h.Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Connect(ctx, ai); err != nil {
+		n.log.Info("connect new peer", "peer", ai.ID, "err", err)
+	}
+}
+
+func (n *Node) seen(p peer.ID, addr ma.Multiaddr) {
+	st := n.Store()
+	if st == nil {
+		return
+	}
+	_, _ = st.UpdatePeer(p, func(rec *store.Peer) error {
+		rec.LastSeen = time.Now()
+		return nil
+	})
+}
+
+// maintain prunes expired replay entries and reclaims disk space.
+func (n *Node) maintain(ctx context.Context, st *store.Store) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if _, err := st.PruneReplay(now); err != nil {
+				n.log.Warn("prune replay cache", "err", err)
+			}
+			_ = st.CollectGarbage()
+		}
+	}
+}
+
+// Version is the kith version string.
+const Version = "0.1.0"
