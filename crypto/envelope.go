@@ -143,20 +143,24 @@ func dialKey(id *Identity, to peer.ID, pub hpkePublicKey, p DialParams) (*Initia
 func (s *Initiator) Header() Header { return s.header }
 
 // Seal encrypts one opener→responder frame.
-func (s *Initiator) Seal(plaintext []byte) ([]byte, error) {
+func (s *Initiator) Seal(plaintext []byte) ([]byte, error) { return s.AppendSeal(nil, plaintext) }
+
+// AppendSeal appends one sealed opener→responder frame to dst, so a writer
+// can build the wire frame (length prefix, then this) in one buffer.
+func (s *Initiator) AppendSeal(dst, plaintext []byte) ([]byte, error) {
 	if s.sendSeq == 1<<64-1 {
 		return nil, ErrSequence
 	}
-	out := make([]byte, seqSize, seqSize+len(plaintext)+16)
-	binary.BigEndian.PutUint64(out, s.sendSeq)
+	dst = binary.BigEndian.AppendUint64(dst, s.sendSeq)
 	// hpke.Sender.Seal derives the nonce from its own counter, which moves
-	// in lock step with sendSeq.
+	// in lock step with sendSeq. It allocates the ciphertext itself; this
+	// copy is the one price of using the standard library's HPKE context.
 	ct, err := s.sender.Seal(s.aad, plaintext)
 	if err != nil {
 		return nil, fmt.Errorf("crypto: seal: %w", err)
 	}
 	s.sendSeq++
-	return append(out, ct...), nil
+	return append(dst, ct...), nil
 }
 
 // Open decrypts one responder→opener frame.
@@ -280,8 +284,11 @@ func (r *Responder) Open(frame []byte) ([]byte, error) {
 }
 
 // Seal encrypts one responder→opener frame.
-func (r *Responder) Seal(plaintext []byte) ([]byte, error) {
-	return sealDirect(r.back, r.aad, &r.sendSeq, plaintext)
+func (r *Responder) Seal(plaintext []byte) ([]byte, error) { return r.AppendSeal(nil, plaintext) }
+
+// AppendSeal appends one sealed responder→opener frame to dst.
+func (r *Responder) AppendSeal(dst, plaintext []byte) ([]byte, error) {
+	return sealDirect(r.back, r.aad, &r.sendSeq, dst, plaintext)
 }
 
 func exportBackKey(export func(string, int) ([]byte, error)) (cipher.AEAD, error) {
@@ -317,15 +324,17 @@ func seqNonce(seq uint64) []byte {
 	return n[:]
 }
 
-func sealDirect(aead cipher.AEAD, aad []byte, seq *uint64, plaintext []byte) ([]byte, error) {
+func sealDirect(aead cipher.AEAD, aad []byte, seq *uint64, dst, plaintext []byte) ([]byte, error) {
 	if *seq == 1<<64-1 {
 		return nil, ErrSequence
 	}
-	out := make([]byte, seqSize, seqSize+len(plaintext)+aead.Overhead())
-	binary.BigEndian.PutUint64(out, *seq)
-	out = aead.Seal(out, seqNonce(*seq), plaintext, aad)
+	if dst == nil {
+		dst = make([]byte, 0, seqSize+len(plaintext)+aead.Overhead())
+	}
+	dst = binary.BigEndian.AppendUint64(dst, *seq)
+	dst = aead.Seal(dst, seqNonce(*seq), plaintext, aad)
 	*seq++
-	return out, nil
+	return dst, nil
 }
 
 func openDirect(aead cipher.AEAD, aad []byte, want *uint64, frame []byte) ([]byte, error) {

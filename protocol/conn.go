@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +56,8 @@ type Conn struct {
 	header crypto.Header
 
 	wmu  sync.Mutex
-	seal func([]byte) ([]byte, error)
+	wbuf []byte
+	seal func(dst, plaintext []byte) ([]byte, error)
 	open func([]byte) ([]byte, error)
 }
 
@@ -78,7 +80,7 @@ func DialEncoded(s Stream, id *crypto.Identity, remote peer.ID, typ MessageType,
 	}
 	c := newConn(s, opts)
 	c.header = ini.Header()
-	c.seal, c.open = ini.Seal, ini.Open
+	c.seal, c.open = ini.AppendSeal, ini.Open
 	if err := WriteFrameDeadline(c.fw, s, opts.ioTimeout(), hello); err != nil {
 		return nil, fmt.Errorf("protocol: send hello: %w", err)
 	}
@@ -104,7 +106,7 @@ func Accept(s Stream, id *crypto.Identity, remote peer.ID, replay crypto.ReplayC
 		return nil, nil, nil, err
 	}
 	c.header = res.Header()
-	c.seal, c.open = res.Seal, res.Open
+	c.seal, c.open = res.AppendSeal, res.Open
 	first, raw, err := c.RecvRaw(opts.ioTimeout())
 	if err != nil {
 		return nil, nil, nil, err
@@ -144,11 +146,26 @@ func (c *Conn) Send(m Message) error {
 func (c *Conn) SendEncoded(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	f, err := c.seal(b)
+	// The frame (length prefix, sequence number, ciphertext) is sealed
+	// straight into one buffer and written with one Write: no extra copy of
+	// a large message, and a muxer sends it as one data frame.
+	n := len(b) + crypto.FrameOverhead
+	if n > c.fw.Max() {
+		return fmt.Errorf("%w: %d-byte message seals to %d bytes, cap %d", ErrFrameTooLarge, len(b), n, c.fw.Max())
+	}
+	frame := binary.AppendUvarint(c.wbuf[:0], uint64(n))
+	frame, err := c.seal(frame, b)
 	if err != nil {
 		return err
 	}
-	return WriteFrameDeadline(c.fw, c.s, c.opts.ioTimeout(), f)
+	if cap(frame) <= 64<<10 {
+		c.wbuf = frame[:0] // reuse small buffers; do not pin large ones
+	}
+	if err := c.s.SetWriteDeadline(time.Now().Add(c.opts.ioTimeout())); err != nil {
+		return fmt.Errorf("protocol: set write deadline: %w", err)
+	}
+	_, err = c.s.Write(frame)
+	return err
 }
 
 // Recv reads, opens and decodes the next message, waiting at most timeout.
