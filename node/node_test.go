@@ -1,0 +1,87 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kithmesh/kith/node/api"
+)
+
+func startNode(t *testing.T) (*Node, context.CancelFunc, <-chan error) {
+	t.Helper()
+	home := filepath.Join(t.TempDir(), "home")
+	if _, err := Init(home, []string{"/ip4/127.0.0.1/tcp/0"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(home, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	select {
+	case <-n.Ready():
+	case err := <-done:
+		t.Fatal(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("node never became ready")
+	}
+	return n, cancel, done
+}
+
+// A node's Run owns every goroutine it starts: after it returns, none is
+// left (libp2p's and badger's included).
+func TestRunStopsEverything(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	n, cancel, done := startNode(t)
+	c := api.NewClient(n.SocketPath())
+	defer c.Close()
+	ctx, cctx := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cctx()
+	id, err := c.Delegate(ctx, api.DelegateRequest{Profile: "echo", Text: "in-process"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last api.Event
+	if err := c.Events(ctx, id, func(ev api.Event) { last = ev }); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Delegation(ctx, id)
+	if err != nil || d.State != "completed" || d.Output != "in-process" || d.Remote || last.State != "completed" {
+		t.Fatalf("delegation %+v last event %+v err %v", d, last, err)
+	}
+	c.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if _, err := os.Stat(n.SocketPath()); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind: %v", err)
+	}
+}
+
+func TestSocketIsPrivateAndSingle(t *testing.T) {
+	n, cancel, done := startNode(t)
+	defer func() { cancel(); <-done }()
+	fi, err := os.Stat(n.SocketPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Fatalf("socket mode %#o, want 0600", perm)
+	}
+	// A second daemon on the same home must refuse, not steal the socket.
+	if _, err := listenSocket(n.SocketPath()); err == nil {
+		t.Fatal("second listener on a live socket succeeded")
+	}
+}
