@@ -290,9 +290,15 @@ func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted boo
 				continue // replayed after a reattach; already logged
 			}
 			lastSeq = m.Seq
-			ev := store.Event{Type: EventStatus, Data: raw}
-			var err error
-			if cur, gerr := e.st.GetDelegation(store.RoleRequester, d.ID); gerr == nil && cur.State != m.State && !m.State.Terminal() {
+			cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
+			if err != nil {
+				return false
+			}
+			if cur.State.Terminal() {
+				return true // cancelled or expired here meanwhile
+			}
+			ev := store.Event{Type: EventStatus, State: cur.State, Data: raw}
+			if cur.State != m.State && !m.State.Terminal() {
 				_, err = e.transition(store.RoleRequester, d.ID, m.State, ev, nil)
 			} else {
 				err = e.appendEvent(store.RoleRequester, d.ID, ev)
