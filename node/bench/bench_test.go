@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A very short run must produce a well-formed report: every phase ran
+// operations without errors, percentiles are ordered, ratios and goals are
+// filled in. It asserts no timing (TESTING.md, Benchmarks).
+func TestRunReportIsWellFormed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	r, err := Run(ctx, Options{
+		Duration: 200 * time.Millisecond, Warmup: 20 * time.Millisecond,
+		Concurrency: []int{4, 1}, Payload: 100, Dir: dir, FsyncSamples: 20,
+	}, &out)
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+
+	if want := []int{1, 4}; len(r.Concurrency) != 2 || r.Concurrency[0] != want[0] || r.Concurrency[1] != want[1] {
+		t.Errorf("concurrency %v, want %v (sorted)", r.Concurrency, want)
+	}
+	if !strings.Contains(r.Connection, "/tcp/") || !strings.HasPrefix(r.Connection, "/ip4/127.0.0.1/") {
+		t.Errorf("hosts connected over %q, want TCP on loopback", r.Connection)
+	}
+	checkLatency(t, "fsync", r.Fsync)
+	if r.Fsync.Samples != 20 {
+		t.Errorf("fsync samples %d, want 20", r.Fsync.Samples)
+	}
+
+	wantPhases := 2 * (1 + len(AllStores))
+	if len(r.Phases) != wantPhases {
+		t.Fatalf("%d phases, want %d: %+v", len(r.Phases), wantPhases, r.Phases)
+	}
+	for _, p := range r.Phases {
+		name := string(p.Name) + "/" + string(p.Store)
+		if p.Ops <= 0 || p.Errors != 0 {
+			t.Errorf("%s at %d: %d ops, %d errors (%s)", name, p.Concurrency, p.Ops, p.Errors, p.FirstError)
+		}
+		if p.OpsPerSec <= 0 || p.Window != 200*time.Millisecond {
+			t.Errorf("%s at %d: %.1f ops/s over %s", name, p.Concurrency, p.OpsPerSec, p.Window)
+		}
+		if p.RoundTrip.Samples != p.Ops {
+			t.Errorf("%s at %d: %d samples for %d ops", name, p.Concurrency, p.RoundTrip.Samples, p.Ops)
+		}
+		checkLatency(t, name, p.RoundTrip)
+		if (p.Name == PhaseDelegation) != (p.StreamsPerOp > 0) {
+			t.Errorf("%s at %d: %.2f streams per op", name, p.Concurrency, p.StreamsPerOp)
+		}
+	}
+	// Both sides create the delegation and log at least its result.
+	if a := r.Anatomy; a.Store != StoreDurable || a.RequesterWrites < 2 || a.ProviderWrites < 3 ||
+		len(a.Steps) != a.RequesterWrites+a.ProviderWrites-1 || a.Steps[0].Write != "create" || a.RoundTrip <= 0 {
+		t.Errorf("anatomy %+v", a)
+	}
+
+	if len(r.Ratios) != 2*len(AllStores) {
+		t.Errorf("%d ratios, want %d", len(r.Ratios), 2*len(AllStores))
+	}
+	for _, x := range r.Ratios {
+		if x.P50 <= 0 || x.P99 <= 0 || x.Throughput <= 0 {
+			t.Errorf("ratio %+v has a zero", x)
+		}
+	}
+	if len(r.Goals) != 3 {
+		t.Fatalf("%d goals, want 3", len(r.Goals))
+	}
+	// The first two are read at concurrency 1 and were measured; the
+	// throughput goal is read at 64, which this run did not measure.
+	for i, g := range r.Goals {
+		want := []string{GoalOK, GoalMissed}
+		if i == 2 {
+			want = []string{GoalNotMeasured}
+		}
+		if !contains(want, g.Status) {
+			t.Errorf("goal %q: status %q, want one of %q", g.Name, g.Status, want)
+		}
+		if i < 2 && (g.Value <= 0 || g.Measured == "") {
+			t.Errorf("goal %q: value %v, measured %q", g.Name, g.Value, g.Measured)
+		}
+	}
+
+	for _, s := range []string{"bare-echo", "durable", "goals", "fsync"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, out.String())
+		}
+	}
+	if _, err := json.Marshal(r); err != nil {
+		t.Errorf("report does not encode as JSON: %v", err)
+	}
+	// Everything Run made under dir is gone.
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("Run left %d entries in %s", len(left), dir)
+	}
+}
+
+func checkLatency(t *testing.T, name string, l Latency) {
+	t.Helper()
+	if l.Samples <= 0 || l.P50 <= 0 || l.P50 > l.P90 || l.P90 > l.P99 || l.P99 > l.Max || l.Mean <= 0 || l.Mean > l.Max {
+		t.Errorf("%s: malformed latency %+v", name, l)
+	}
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestOptionsValidateReportsEveryProblem(t *testing.T) {
+	o := Options{Duration: -time.Second, Concurrency: []int{0, 5000}, Payload: maxPayload + 1, Stores: []StoreKind{"tape"}}
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted bad options")
+	}
+	for _, s := range []string{"duration", "concurrency 0", "concurrency 5000", "payload", `"tape"`} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %s", err, s)
+		}
+	}
+}
+
+func TestSummariseNearestRank(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i))
+	}
+	l := summarise(ds)
+	if l.P50 != 50 || l.P90 != 90 || l.P99 != 99 || l.Max != 100 || l.Samples != 100 || l.Mean != 50 {
+		t.Errorf("summarise(1..100) = %+v", l)
+	}
+	if l := summarise([]time.Duration{7}); l.P50 != 7 || l.P99 != 7 {
+		t.Errorf("summarise([7]) = %+v", l)
+	}
+	if l := summarise(nil); l != (Latency{}) {
+		t.Errorf("summarise(nil) = %+v", l)
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package bench
+
+import "time"
+
+// cpuTime is unknown off Unix.
+func cpuTime() (time.Duration, bool) { return 0, false }

@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// The micro-benchmarks run single phases of `kith bench` under `go test
+// -bench`, for profiling one path at a time (Run's phases share one
+// process, so a profile of Run mixes them):
+//
+//	go test -run '^$' -bench 'Delegation/durable/64' -cpuprofile cpu.out ./node/bench/
+//
+// Figures from here are for profiles and benchstat comparisons of one
+// machine with itself; `kith bench` reports the ratios.
+func BenchmarkEcho(b *testing.B) {
+	for _, conc := range []int{1, 64} {
+		b.Run(fmt.Sprint(conc), func(b *testing.B) {
+			hp, err := newHostPair(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer hp.Close()
+			payload := payloadText(64)
+			runConcurrent(b, conc, func(buf []byte) error { return hp.echo(context.Background(), payload, buf) })
+		})
+	}
+}
+
+func BenchmarkDelegation(b *testing.B) {
+	for _, k := range AllStores {
+		for _, conc := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/%d", k, conc), func(b *testing.B) {
+				hp, err := newHostPair(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer hp.Close()
+				e, err := startEngines(context.Background(), hp, k, b.TempDir(), 2*conc, 4096)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Close()
+				text := string(payloadText(64))
+				runConcurrent(b, conc, func([]byte) error {
+					_, err := e.delegate(context.Background(), text)
+					return err
+				})
+			})
+		}
+	}
+}
+
+// runConcurrent runs op b.N times from conc goroutines.
+func runConcurrent(b *testing.B, conc int, op func(buf []byte) error) {
+	b.ReportAllocs()
+	if conc == 1 {
+		buf := make([]byte, maxPayload)
+		for b.Loop() {
+			if err := op(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	b.SetParallelism((conc + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		buf := make([]byte, maxPayload)
+		for pb.Next() {
+			if err := op(buf); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
