@@ -287,9 +287,20 @@ func (e *Engine) publish(role store.Role, id protocol.DelegationID, ev store.Eve
 
 // transition writes a state change (durably) and tells subscribers.
 func (e *Engine) transition(role store.Role, id protocol.DelegationID, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
-	d, err := e.st.Transition(role, id, to, ev, mutate)
+	return e.transitionAfter(role, id, nil, to, ev, mutate)
+}
+
+// transitionAfter writes before and then a state change in one durable
+// write, and tells subscribers about each event.
+func (e *Engine) transitionAfter(role store.Role, id protocol.DelegationID, before []store.Event, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
+	d, err := e.st.TransitionAfter(role, id, before, to, ev, mutate)
 	if err != nil {
 		return d, err
+	}
+	first := d.LastSeq - uint64(len(before))
+	for i, b := range before {
+		b.Seq = first + uint64(i)
+		e.publish(role, id, b)
 	}
 	ev.Seq, ev.State = d.LastSeq, to
 	if ev.Type == "" {

@@ -30,39 +30,35 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 	if err != nil {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	now := e.cfg.Now()
-	timeout := e.timeoutFor(p, req.Timeout)
-	d := store.Delegation{
-		ID: offer.ID, Role: store.RoleRequester, Parent: req.Parent, ContextID: req.ContextID,
-		Profile: req.Profile, State: protocol.StateOffered, BudgetTokens: req.BudgetTokens,
-		Offer: raw, Deadline: now.Add(timeout),
-	}
-	if err := e.st.CreateDelegation(d); err != nil {
-		return protocol.DelegationID{}, err
-	}
-	// The budget rule applies to local work too.
-	if p.MaxBudgetTokens > 0 && req.BudgetTokens > p.MaxBudgetTokens {
-		_, err := e.transition(store.RoleRequester, offer.ID, protocol.StateRejected, store.Event{}, func(x *store.Delegation) {
-			x.Reason = fmt.Sprintf("%s: budget %d above profile maximum %d", protocol.ReasonBudgetTooHigh, req.BudgetTokens, p.MaxBudgetTokens)
-		})
-		return offer.ID, err
-	}
-	accept, err := protocol.EncodeMessage(&protocol.DelegationAccept{ID: offer.ID, ProviderHandle: offer.ID.String()})
-	if err != nil {
-		return protocol.DelegationID{}, err
-	}
-	if _, err := e.transition(store.RoleRequester, offer.ID, protocol.StateAccepted, store.Event{Type: EventAccepted, Data: accept}, nil); err != nil {
-		return protocol.DelegationID{}, err
-	}
-	t := &task{
-		id: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
-		offerHash: sha256.Sum256(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
-	}
 	e.mu.Lock()
 	runCtx := e.runCtx
 	e.mu.Unlock()
 	if runCtx == nil {
 		return protocol.DelegationID{}, ErrNotRunning
+	}
+	now := e.cfg.Now()
+	timeout := e.timeoutFor(p, req.Timeout)
+	d := store.Delegation{
+		ID: offer.ID, Role: store.RoleRequester, Parent: req.Parent, ContextID: req.ContextID,
+		Profile: req.Profile, State: protocol.StateRunning, BudgetTokens: req.BudgetTokens,
+		Offer: raw, Deadline: now.Add(timeout),
+	}
+	// The budget rule applies to local work too.
+	if p.MaxBudgetTokens > 0 && req.BudgetTokens > p.MaxBudgetTokens {
+		d.State = protocol.StateRejected
+		d.Reason = fmt.Sprintf("%s: budget %d above profile maximum %d", protocol.ReasonBudgetTooHigh, req.BudgetTokens, p.MaxBudgetTokens)
+		return offer.ID, e.st.CreateDelegation(d, store.Event{Type: EventRejected})
+	}
+	t := &task{
+		id: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
+		offerHash: sha256.Sum256(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
+	}
+	accept, running, err := t.opening()
+	if err != nil {
+		return protocol.DelegationID{}, err
+	}
+	if err := e.st.CreateDelegation(d, accept, running); err != nil {
+		return protocol.DelegationID{}, err
 	}
 	e.startTask(runCtx, t)
 	return offer.ID, nil

@@ -179,37 +179,34 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	}
 	timeout := e.timeoutFor(p, o.Timeout)
 	now := e.cfg.Now()
-	accept := &protocol.DelegationAccept{ID: o.ID, ProviderHandle: o.ID.String()}
-	acceptRaw, err := protocol.EncodeMessage(accept)
-	if err != nil {
-		<-e.slots
-		return
-	}
 	t := &task{
 		id: o.ID, role: store.RoleProvider, requester: remote, offer: o,
 		offerHash: sha256.Sum256(raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
+	accept, running, err := t.opening()
+	if err != nil {
+		<-e.slots
+		return
+	}
 	d := store.Delegation{
 		ID: o.ID, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
-		ContextID: o.ContextID, Profile: o.Profile, State: protocol.StateAccepted,
+		ContextID: o.ContextID, Profile: o.Profile, State: protocol.StateRunning,
 		BudgetTokens: o.BudgetTokens, Offer: raw, Deadline: t.deadline,
 	}
 	// Persist before acknowledging: the accept goes out only once the
-	// delegation and its accept event are durable.
-	if err := e.st.CreateDelegation(d); err != nil {
+	// delegation and its first events are durable, in one write.
+	if err := e.st.CreateDelegation(d, accept, running); err != nil {
 		<-e.slots
 		e.log.Error("store offer", "delegation", o.ID, "err", err)
 		return
 	}
-	if err := e.appendEvent(store.RoleProvider, o.ID, store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: acceptRaw}); err != nil {
-		<-e.slots
-		e.log.Error("store accept", "delegation", o.ID, "err", err)
-		return
-	}
 	t.attach(c, nil)
-	e.trace(Sent, remote, accept)
-	t.send(acceptRaw)
+	for _, ev := range []store.Event{accept, running} {
+		m, _ := protocol.DecodeMessage(ev.Data)
+		e.trace(Sent, remote, m)
+		t.send(ev.Data)
+	}
 	e.startTask(ctx, t)
 	e.readRequester(c, remote, t)
 }
@@ -279,11 +276,6 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	defer cancelDeadline()
 	started := e.cfg.Now()
 
-	running := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq()}
-	if err := e.emitStatus(t, running, true); err != nil {
-		return // already terminal (cancelled before it started)
-	}
-
 	var pending []byte
 	lastFlush := time.Now()
 	flush := func() {
@@ -302,7 +294,16 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 			flush()
 		}
 	})
-	flush()
+	// Output still pending goes out with the result, in the same durable
+	// write: a fast task costs one write after its accept, not two.
+	var tail []store.Event
+	if len(pending) > 0 {
+		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq(),
+			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
+		if b, err := protocol.EncodeMessage(st); err == nil {
+			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StateRunning, Data: b})
+		}
+	}
 
 	state, reason := protocol.StateCompleted, ""
 	if errors.Is(err, executor.ErrBudgetExceeded) {
@@ -328,7 +329,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	if res.StoppedAtBudget && reason == "" {
 		reason = "stopped at token budget"
 	}
-	e.finish(t.role, t.id, t.requester, t.offerHash, state, reason, out, usage, e.cfg.Now().Sub(started), t.send)
+	e.finish(t.role, t.id, t.requester, t.offerHash, state, reason, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
 // emitStatus persists a status (a transition when it changes state) and
@@ -354,16 +355,19 @@ func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus, transition b
 	return nil
 }
 
-// finish signs and stores the result, then sends it through deliver. The
-// first terminal state wins: if the delegation already ended, nothing is
-// sent from here.
+// finish signs and stores the result, with tail (statuses not yet stored
+// or sent) in the same write, then sends tail and the result through
+// deliver. The first terminal state wins: if the delegation already ended,
+// nothing is sent from here.
 func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester peer.ID, offerHash [32]byte,
-	state protocol.State, reason string, out []protocol.Part, usage protocol.Usage, took time.Duration, deliver func([]byte)) {
+	state protocol.State, reason string, out []protocol.Part, usage protocol.Usage, took time.Duration,
+	tail []store.Event, deliver func([]byte)) {
 	events, err := e.st.Events(role, id, 0)
 	if err != nil {
 		e.log.Error("read events", "delegation", id, "err", err)
 		return
 	}
+	events = append(events, tail...)
 	now := e.cfg.Now()
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
 		DelegationID: id, Requester: requester, Provider: e.id.PeerID(),
@@ -383,7 +387,7 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 		e.log.Error("encode result", "delegation", id, "err", err)
 		return
 	}
-	_, err = e.transition(role, id, state, store.Event{Type: EventResult, Data: raw}, func(d *store.Delegation) {
+	_, err = e.transitionAfter(role, id, tail, state, store.Event{Type: EventResult, Data: raw}, func(d *store.Delegation) {
 		d.Result = raw
 		d.Reason = reason
 		d.Usage = store.Usage(usage)
@@ -393,6 +397,14 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 			e.log.Error("store result", "delegation", id, "err", err)
 		}
 		return
+	}
+	for _, ev := range tail {
+		if role == store.RoleProvider {
+			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
+				e.trace(Sent, requester, m)
+			}
+		}
+		deliver(ev.Data)
 	}
 	if role == store.RoleProvider {
 		e.trace(Sent, requester, res)
@@ -470,7 +482,7 @@ func (e *Engine) recoverProvider() error {
 			hash = sha256.Sum256(d.Offer)
 		}
 		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
-		e.finish(store.RoleProvider, d.ID, d.Peer, hash, protocol.StateFailed, ReasonProviderRestarted, nil, protocol.Usage{}, 0, func([]byte) {})
+		e.finish(store.RoleProvider, d.ID, d.Peer, hash, protocol.StateFailed, ReasonProviderRestarted, nil, protocol.Usage{}, 0, nil, func([]byte) {})
 	}
 	return nil
 }

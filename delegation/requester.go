@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -238,9 +239,72 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) b
 	return done
 }
 
+// requesterFlushDelay is how long a requester keeps the accept and
+// statuses it received in memory before writing them: a fast delegation's
+// result arrives first and everything lands in one write. Nothing here is
+// acknowledged to anyone, so losing the buffer in a crash only makes the
+// restarted requester re-offer, which the provider answers as a reattach.
+const requesterFlushDelay = 25 * time.Millisecond
+
+// eventBuffer holds a requester's not-yet-stored events for one stream.
+type eventBuffer struct {
+	e     *Engine
+	id    protocol.DelegationID
+	mu    sync.Mutex
+	evs   []store.Event
+	timer *time.Timer
+	done  bool // the delegation turned terminal here meanwhile
+}
+
+func (b *eventBuffer) add(ev store.Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.evs = append(b.evs, ev)
+	if b.timer == nil {
+		b.timer = time.AfterFunc(requesterFlushDelay, func() { b.flush() })
+	}
+}
+
+// flush writes the buffered events; the last one's state becomes the
+// delegation's state. It reports false once the delegation is terminal.
+func (b *eventBuffer) flush() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	if len(b.evs) == 0 || b.done {
+		return !b.done
+	}
+	last := b.evs[len(b.evs)-1]
+	_, err := b.e.transitionAfter(store.RoleRequester, b.id, b.evs[:len(b.evs)-1], last.State, last, nil)
+	b.evs = nil
+	if errors.Is(err, store.ErrTerminal) {
+		b.done = true
+	}
+	return !b.done
+}
+
+// take hands the buffered events to the caller, who stores them with the
+// result.
+func (b *eventBuffer) take() []store.Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	evs := b.evs
+	b.evs = nil
+	return evs
+}
+
 // readProvider follows the provider's messages on one stream. It reports
 // true once the delegation is terminal here.
 func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted bool, lastSeq uint64) bool {
+	buf := &eventBuffer{e: e, id: d.ID}
+	defer buf.flush() // a reattach reads the log to resume from
 	for {
 		wait := d.Deadline.Sub(e.cfg.Now())
 		if wait <= 0 {
@@ -256,7 +320,7 @@ func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted boo
 			if m.ID != d.ID {
 				return false
 			}
-			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+			_, _ = e.transitionAfter(store.RoleRequester, d.ID, buf.take(), protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
 				x.Reason = m.Reason.String()
 				if m.Detail != "" {
 					x.Reason += ": " + m.Detail
@@ -268,9 +332,7 @@ func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted boo
 				continue
 			}
 			accepted = true
-			if _, err := e.transition(store.RoleRequester, d.ID, protocol.StateAccepted, store.Event{Type: EventAccepted, Data: raw}, nil); err != nil {
-				return errors.Is(err, store.ErrTerminal)
-			}
+			buf.add(store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: raw})
 		case *protocol.DelegationStatus:
 			if m.ID != d.ID {
 				return false
@@ -281,47 +343,41 @@ func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted boo
 				if !accepted {
 					return false
 				}
-				_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+				_, _ = e.transitionAfter(store.RoleRequester, d.ID, buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 					x.Reason = "provider does not know the delegation it accepted"
 				})
 				return true
 			}
-			if m.Seq <= lastSeq {
-				continue // replayed after a reattach; already logged
+			if m.Seq <= lastSeq || m.State.Terminal() {
+				continue // replayed after a reattach and already logged; or bogus
 			}
 			lastSeq = m.Seq
-			cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
-			if err != nil {
-				return false
+			buf.add(store.Event{Type: EventStatus, State: m.State, Data: raw})
+			if !buf.done && len(m.Partial) == 0 && m.State != protocol.StateRunning {
+				// A state change (preempted, input_required) is worth
+				// showing at once.
+				buf.flush()
 			}
-			if cur.State.Terminal() {
+			if buf.done {
 				return true // cancelled or expired here meanwhile
-			}
-			ev := store.Event{Type: EventStatus, State: cur.State, Data: raw}
-			if cur.State != m.State && !m.State.Terminal() {
-				_, err = e.transition(store.RoleRequester, d.ID, m.State, ev, nil)
-			} else {
-				err = e.appendEvent(store.RoleRequester, d.ID, ev)
-			}
-			if errors.Is(err, store.ErrTerminal) {
-				return true
 			}
 		case *protocol.DelegationResult:
 			if m.ID != d.ID {
 				return false
 			}
-			e.acceptResult(d, m, raw)
+			e.acceptResult(d, m, raw, buf.take())
 			return true
 		}
 	}
 }
 
 // acceptResult verifies a provider's result (proof signature, offer hash,
-// transcript, budget) and stores it. A result that fails a check is kept
-// for inspection but the delegation ends failed with the reason.
-func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte) {
+// transcript, budget) and stores it, with the events still buffered, in one
+// write. A result that fails a check is kept for inspection but the
+// delegation ends failed with the reason.
+func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before []store.Event) {
 	state, reason := m.State, m.Reason
-	if err := e.checkProof(d, m); err != nil {
+	if err := e.checkProof(d, m, before); err != nil {
 		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
 	} else if m.Usage.Completion > d.BudgetTokens {
 		state = protocol.StateFailed
@@ -330,7 +386,7 @@ func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, 
 	if !state.Terminal() {
 		state, reason = protocol.StateFailed, "provider sent a result with non-terminal state "+m.State.String()
 	}
-	_, _ = e.transition(store.RoleRequester, d.ID, state, store.Event{Type: EventResult, Data: raw}, func(x *store.Delegation) {
+	_, _ = e.transitionAfter(store.RoleRequester, d.ID, before, state, store.Event{Type: EventResult, Data: raw}, func(x *store.Delegation) {
 		x.Result = raw
 		x.Reason = reason
 		x.Usage = store.Usage(m.Usage)
@@ -339,7 +395,7 @@ func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, 
 
 // checkProof verifies a result's proof against what this node sent and
 // received: the provider's signature, the offer hash and the transcript.
-func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult) error {
+func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult, pending []store.Event) error {
 	p, err := protocol.VerifyResultProof(d.Peer, m.Proof)
 	if err != nil {
 		return err
@@ -348,6 +404,7 @@ func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult) er
 	if err != nil {
 		return err
 	}
+	events = append(events, pending...)
 	return matchProof(p, d, e.id.PeerID(), m, events)
 }
 

@@ -62,6 +62,21 @@ func (t *task) send(raw []byte) {
 	}
 }
 
+// opening builds the first two events a provider stores and sends for a
+// task it accepts and starts at once: the accept and the running status.
+func (t *task) opening() (accept, running store.Event, err error) {
+	a, err := protocol.EncodeMessage(&protocol.DelegationAccept{ID: t.id, ProviderHandle: t.id.String()})
+	if err != nil {
+		return accept, running, err
+	}
+	r, err := protocol.EncodeMessage(&protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq()})
+	if err != nil {
+		return accept, running, err
+	}
+	return store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: a},
+		store.Event{Type: EventStatus, State: protocol.StateRunning, Data: r}, nil
+}
+
 func (t *task) nextSeq() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()

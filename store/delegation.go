@@ -233,9 +233,11 @@ func validKey(role Role, id protocol.DelegationID) error {
 // StateOffered, a zero CreatedAt becomes now and a zero UpdatedAt becomes
 // CreatedAt. If ContextID is set, the delegation joins that context in the
 // same transaction. A delegation with the same role and ID is ErrExists.
-// Creation appends no event: a delegation's event log starts with its first
-// Transition or AppendEvent.
-func (s *Store) CreateDelegation(d Delegation) error {
+// events, if any, start the delegation's event log in the same
+// transaction (a zero State is d.State, a zero At is now; Type is
+// required): a provider that accepts and starts a task at once makes one
+// durable write, not three.
+func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 	if err := validKey(d.Role, d.ID); err != nil {
 		return err
 	}
@@ -256,6 +258,14 @@ func (s *Store) CreateDelegation(d Delegation) error {
 	}
 	if err := s.checkSize(d.Offer, d.Result); err != nil {
 		return err
+	}
+	for _, ev := range events {
+		if ev.Type == "" {
+			return fmt.Errorf("%w: %s: event without a type", ErrInvalid, dlgName(d.Role, d.ID))
+		}
+		if err := s.checkSize(ev.Data); err != nil {
+			return err
+		}
 	}
 	locks := []string{string(delegationKey(d.Role, d.ID))}
 	if d.ContextID != "" {
@@ -279,6 +289,17 @@ func (s *Store) CreateDelegation(d Delegation) error {
 			// A non-empty value: badger reads an empty one as a missing key.
 			if err := txn.Set(k, []byte{1}); err != nil {
 				return fmt.Errorf("store: index %s: %w", dlgName(d.Role, d.ID), err)
+			}
+		}
+		for _, ev := range events {
+			if ev.State == protocol.StateUnknown {
+				ev.State = d.State
+			}
+			if ev.At.IsZero() {
+				ev.At = d.CreatedAt // one write, one time
+			}
+			if _, err := s.appendEvent(txn, d.Role, d.ID, ev); err != nil {
+				return err
 			}
 		}
 		if d.ContextID != "" {

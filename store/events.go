@@ -42,6 +42,16 @@ type eventRecord struct {
 // UpdateDelegation), and must not call the Store. It returns the stored
 // delegation, whose LastSeq is the appended event's sequence number.
 func (s *Store) Transition(role Role, id protocol.DelegationID, to protocol.State, ev Event, mutate func(*Delegation)) (Delegation, error) {
+	return s.TransitionAfter(role, id, nil, to, ev, mutate)
+}
+
+// TransitionAfter is Transition that first appends before (non-transition
+// events: a zero State is the delegation's state before the transition),
+// all in the same transaction. It lets a caller that batched events in
+// memory make them durable with the transition that follows them, in one
+// write. The returned LastSeq is the transition event's; before's events
+// have the sequence numbers just below it.
+func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Event, to protocol.State, ev Event, mutate func(*Delegation)) (Delegation, error) {
 	if err := validKey(role, id); err != nil {
 		return Delegation{}, err
 	}
@@ -50,6 +60,14 @@ func (s *Store) Transition(role Role, id protocol.DelegationID, to protocol.Stat
 	}
 	if err := s.checkSize(ev.Data); err != nil {
 		return Delegation{}, err
+	}
+	for _, b := range before {
+		if b.Type == "" {
+			return Delegation{}, fmt.Errorf("%w: %s: event without a type", ErrInvalid, dlgName(role, id))
+		}
+		if err := s.checkSize(b.Data); err != nil {
+			return Delegation{}, err
+		}
 	}
 	var out Delegation
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
@@ -73,6 +91,17 @@ func (s *Store) Transition(role Role, id protocol.DelegationID, to protocol.Stat
 			}
 		}
 		now := s.clock()
+		for _, b := range before {
+			if b.State == protocol.StateUnknown {
+				b.State = old.State
+			}
+			if b.At.IsZero() {
+				b.At = now
+			}
+			if _, err := s.appendEvent(txn, role, id, b); err != nil {
+				return err
+			}
+		}
 		d.State, d.UpdatedAt = to, now
 		if err := putDelegation(txn, d, &old); err != nil {
 			return err

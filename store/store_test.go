@@ -312,3 +312,44 @@ func TestLoggerRouted(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchedEventsLandWithCreateAndTransition(t *testing.T) {
+	s, _ := openTest(t, Options{})
+	id := protocol.NewDelegationID()
+	err := s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Profile: "p", State: protocol.StateRunning},
+		Event{Type: "accepted", State: protocol.StateAccepted, Data: []byte("a")},
+		Event{Type: "status", Data: []byte("r")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.TransitionAfter(RoleProvider, id, []Event{{Type: "status", Data: []byte("p")}}, protocol.StateCompleted, Event{Type: "result"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.LastSeq != 4 || d.State != protocol.StateCompleted {
+		t.Fatalf("last seq %d state %s", d.LastSeq, d.State)
+	}
+	evs, err := s.Events(RoleProvider, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		typ   string
+		state protocol.State
+	}{{"accepted", protocol.StateAccepted}, {"status", protocol.StateRunning}, {"status", protocol.StateRunning}, {"result", protocol.StateCompleted}}
+	if len(evs) != len(want) {
+		t.Fatalf("%d events", len(evs))
+	}
+	for i, w := range want {
+		if evs[i].Seq != uint64(i+1) || evs[i].Type != w.typ || evs[i].State != w.state {
+			t.Fatalf("event %d: %+v, want %+v", i, evs[i], w)
+		}
+	}
+	// A batch that meets a terminal state writes nothing.
+	if _, err := s.TransitionAfter(RoleProvider, id, []Event{{Type: "status"}}, protocol.StateFailed, Event{}, nil); !errors.Is(err, ErrTerminal) {
+		t.Fatalf("got %v", err)
+	}
+	if evs, _ := s.Events(RoleProvider, id, 0); len(evs) != 4 {
+		t.Fatalf("rejected batch left %d events", len(evs))
+	}
+}

@@ -247,13 +247,15 @@ type Anatomy struct {
 	Store StoreKind `json:"store"`
 	// RoundTrip is Delegate to Wait's return for this one delegation.
 	RoundTrip time.Duration `json:"round_trip_ns"`
-	// RequesterWrites: CreateDelegation, then one per event.
+	// RequesterWrites counts the requester's store transactions: events
+	// written together (with the create, or with a transition) share one
+	// timestamp, so it is the number of distinct timestamps.
 	RequesterWrites int `json:"requester_writes"`
-	// ProviderWrites: the replay-cache entry of the offer stream's
-	// envelope, CreateDelegation, then one per event.
+	// ProviderWrites: likewise, plus the replay-cache entry of the offer
+	// stream's envelope.
 	ProviderWrites int `json:"provider_writes"`
-	// Steps are the writes that carry a timestamp (all but the replay
-	// entry), in time order.
+	// Steps are the events and creates that carry a timestamp (all but
+	// the replay entry), in time order.
 	Steps []Step `json:"steps"`
 }
 
@@ -292,7 +294,11 @@ func (e *engines) anatomy(ctx context.Context, text string) (Anatomy, error) {
 		if err != nil {
 			return Anatomy{}, err
 		}
-		*s.writes = 1 + len(evs)
+		times := map[time.Time]bool{d.CreatedAt: true}
+		for _, ev := range evs {
+			times[ev.At] = true
+		}
+		*s.writes = len(times)
 		if s.side == store.RoleProvider {
 			*s.writes++ // the replay entry
 		}

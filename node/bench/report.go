@@ -137,8 +137,9 @@ func (r Report) WriteTable(w io.Writer) error {
 		r.Dir, orUnknown(r.FS), fmtDur(r.Fsync.P50), fmtDur(r.Fsync.P99), r.Fsync.Samples)
 
 	a := r.Anatomy
-	fmt.Fprintf(w, "one delegation (%s store, %s round trip) made %d store writes, requester %d, provider %d\n"+
-		"(the provider's first is its replay-cache entry for the offer's envelope; then, by start time):\n",
+	fmt.Fprintf(w, "one delegation (%s store, %s round trip) made %d store writes (transactions), requester %d, provider %d\n"+
+		"(the provider's first is its replay-cache entry for the offer's envelope; then each event, by time;\n"+
+		"events with the same time were written together):\n",
 		a.Store, fmtDur(a.RoundTrip), a.RequesterWrites+a.ProviderWrites, a.RequesterWrites, a.ProviderWrites)
 	for _, s := range a.Steps {
 		fmt.Fprintf(w, "  %8s  %-9s %s\n", "+"+fmtDur(s.At), s.Side, s.Write)
