@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -19,15 +20,58 @@ var _ crypto.ReplayCache = (*Store)(nil)
 // badger's transaction size limit.
 const pruneBatch = 1000
 
+// Replay entries are checked in memory and written to badger in batches,
+// at most replayFlushInterval apart (and on Close): an fsync per inbound
+// stream would be the most expensive step of serving a delegation. A crash
+// can lose the entries of the last interval, and that is safe: an envelope
+// is accepted only from the libp2p-authenticated peer that signed it, so
+// only that peer could replay it, and every message is idempotent for its
+// sender (a repeated offer is answered as a reattach, a repeated cancel or
+// query changes nothing).
+const (
+	replayFlushInterval = time.Second
+	replayFlushBatch    = 1024
+	replayMemPrune      = 10 * time.Second
+)
+
+type replayMem struct {
+	mu        sync.Mutex
+	seen      map[string]time.Time // every live entry, stored or pending
+	pending   map[string]time.Time // not yet written
+	lastFlush time.Time
+	lastPrune time.Time
+}
+
+// loadReplay reads the stored, unexpired entries into memory at open.
+func (s *Store) loadReplay() error {
+	s.replay.seen = make(map[string]time.Time)
+	s.replay.pending = make(map[string]time.Time)
+	now := s.clock()
+	s.replay.lastFlush, s.replay.lastPrune = now, now
+	return s.view(func(txn *badger.Txn) error {
+		return scanPrefix(txn, []byte(prefixReplay), nil, false, func(item *badger.Item) error {
+			exp, err := replayExpiry(item)
+			if err != nil {
+				return err
+			}
+			if exp.After(now) {
+				s.replay.seen[string(item.KeyCopy(nil))] = exp
+			}
+			return nil
+		})
+	})
+}
+
 // CheckAndRemember records (sender, id) until expires and reports whether
 // it was already recorded and not yet expired. It is atomic: of concurrent
 // calls with the same pair, exactly one reports false. An expires at or
 // before now is refused (ErrInvalid): the envelope layer rejects expired
 // envelopes before asking, and remembering one for no time would make a
-// replay of it look new.
+// replay of it look new. Entries reach the disk in batches (see
+// replayFlushInterval for why that is safe).
 //
-// Each entry also carries a badger TTL (rounded up, plus a second), so
-// badger stops returning it and compaction drops it even if PruneReplay
+// Each stored entry also carries a badger TTL (rounded up, plus a second),
+// so badger stops returning it and compaction drops it even if PruneReplay
 // never runs; the expiry stored in the value decides, to the nanosecond.
 func (s *Store) CheckAndRemember(sender peer.ID, id crypto.MessageID, expires time.Time) (seen bool, err error) {
 	if err := validPeerID(sender); err != nil {
@@ -38,29 +82,71 @@ func (s *Store) CheckAndRemember(sender peer.ID, id crypto.MessageID, expires ti
 		return false, fmt.Errorf("%w: message %s from %s expired at %s, before now (%s)",
 			ErrInvalid, id, sender, expires.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
 	}
-	key := replayKey(sender, id)
-	// Badger compares TTLs with the wall clock, the store with s.now: carry
-	// the remaining lifetime over, so an injected clock cannot make badger
-	// drop an entry early.
-	ttlAt := uint64(time.Now().Add(expires.Sub(now)).Unix()) + 2
-	err = s.update([]string{string(key)}, func(txn *badger.Txn) error {
-		seen = false
-		exp, found, err := getReplay(txn, key)
-		if err != nil {
-			return err
+	s.mu.RLock()
+	closed := s.closed
+	s.mu.RUnlock()
+	if closed {
+		return false, ErrClosed
+	}
+	key := string(replayKey(sender, id))
+	r := &s.replay
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if exp, ok := r.seen[key]; ok && exp.After(now) {
+		return true, nil
+	}
+	r.seen[key] = expires
+	r.pending[key] = expires
+	if len(r.pending) >= replayFlushBatch || now.Sub(r.lastFlush) >= replayFlushInterval {
+		if err := s.flushReplayLocked(now); err != nil {
+			return false, err
 		}
-		if found && exp.After(now) {
-			seen = true
-			return nil
+	}
+	return false, nil
+}
+
+// flushReplay writes the pending entries now.
+func (s *Store) flushReplay() error {
+	s.replay.mu.Lock()
+	defer s.replay.mu.Unlock()
+	return s.flushReplayLocked(s.clock())
+}
+
+func (s *Store) flushReplayLocked(now time.Time) error {
+	r := &s.replay
+	r.lastFlush = now
+	if now.Sub(r.lastPrune) >= replayMemPrune {
+		r.lastPrune = now
+		for k, exp := range r.seen {
+			if !exp.After(now) {
+				delete(r.seen, k)
+			}
 		}
-		e := badger.NewEntry(key, be64(uint64(expires.UnixNano())))
-		e.ExpiresAt = ttlAt
-		if err := txn.SetEntry(e); err != nil {
-			return fmt.Errorf("store: remember message %s from %s: %w", id, sender, err)
+	}
+	if len(r.pending) == 0 {
+		return nil
+	}
+	err := s.update(nil, func(txn *badger.Txn) error {
+		for key, expires := range r.pending {
+			if !expires.After(now) {
+				continue
+			}
+			e := badger.NewEntry([]byte(key), be64(uint64(expires.UnixNano())))
+			// Badger compares TTLs with the wall clock, the store with
+			// s.now: carry the remaining lifetime over, so an injected
+			// clock cannot make badger drop an entry early.
+			e.ExpiresAt = uint64(time.Now().Add(expires.Sub(now)).Unix()) + 2
+			if err := txn.SetEntry(e); err != nil {
+				return fmt.Errorf("store: remember replay entries: %w", err)
+			}
 		}
 		return nil
 	})
-	return seen, err
+	if err != nil {
+		return err
+	}
+	clear(r.pending)
+	return nil
 }
 
 func getReplay(txn *badger.Txn, key []byte) (expires time.Time, found bool, err error) {
@@ -91,6 +177,18 @@ func replayExpiry(item *badger.Item) (time.Time, error) {
 // returns how many it deleted. Entries whose badger TTL has already passed
 // are invisible and not counted; compaction removes them.
 func (s *Store) PruneReplay(now time.Time) (removed int, err error) {
+	s.replay.mu.Lock()
+	for k, exp := range s.replay.seen {
+		if !exp.After(now) {
+			delete(s.replay.seen, k)
+			delete(s.replay.pending, k)
+		}
+	}
+	err = s.flushReplayLocked(s.clock())
+	s.replay.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
 	for {
 		var expired [][]byte
 		err := s.view(func(txn *badger.Txn) error {

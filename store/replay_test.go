@@ -101,6 +101,7 @@ func TestReplayWallClockExpiry(t *testing.T) {
 	if seen {
 		t.Fatal("first sight reported seen")
 	}
+	mustNoErr(t, s.flushReplay()) // entries reach badger in batches
 	mustNoErr(t, s.view(func(txn *badger.Txn) error {
 		item, err := txn.Get(replayKey(sender, id))
 		if err != nil {

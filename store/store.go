@@ -77,6 +77,8 @@ type Store struct {
 	// badger (which would panic rather than fail).
 	mu     sync.RWMutex
 	closed bool
+
+	replay replayMem
 }
 
 // Open opens, or creates, the store in dir (created with mode 0700 if
@@ -131,12 +133,16 @@ func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, 
 	if err := s.checkSchema(where); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
+	if err := s.loadReplay(); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
 	return s, nil
 }
 
 // Close waits for operations in flight, then flushes and closes the
 // database. Later calls return ErrClosed, including a second Close.
 func (s *Store) Close() error {
+	flushErr := s.flushReplay() // before the lock: it writes through update
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -145,6 +151,9 @@ func (s *Store) Close() error {
 	s.closed = true
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
+	}
+	if flushErr != nil && !errors.Is(flushErr, ErrClosed) {
+		return fmt.Errorf("store: close: write replay entries: %w", flushErr)
 	}
 	return nil
 }
