@@ -12,8 +12,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// The store is the node's durable replay cache: a message ID accepted before
-// a restart is still refused after it.
+// The store is the node's replay cache: a message ID accepted before a
+// restart is still refused after it (but for the last replayFlushInterval
+// before a crash; see there).
 var _ crypto.ReplayCache = (*Store)(nil)
 
 // pruneBatch bounds the deletes of one PruneReplay transaction, well under
