@@ -19,12 +19,7 @@ func delegateCmd() *cobra.Command {
 		Long: "Delegate a task to a local profile, a named peer, or the best provider found.\n" +
 			"Exits 0 only when the delegation completed.",
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
 			req.Text = strings.Join(args, " ")
 			if timeout > 0 {
 				req.Timeout = timeout.String()
@@ -62,7 +57,7 @@ func delegateCmd() *cobra.Command {
 				return exitError{1}
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&req.Profile, "profile", "", "profile to run (required)")
 	cmd.Flags().StringVar(&req.Peer, "peer", "", "peer ID of the provider (default: a local profile, else the best known provider)")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kithmesh/kith/node/api"
 )
 
 func idCmd() *cobra.Command {
@@ -11,12 +13,7 @@ func idCmd() *cobra.Command {
 		Use:   "id",
 		Short: "Print the peer ID, then one full multiaddr per line",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
 			info, err := c.Node(cmd.Context())
 			if err != nil {
 				return err
@@ -26,6 +23,6 @@ func idCmd() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), a)
 			}
 			return nil
-		},
+		}),
 	}
 }

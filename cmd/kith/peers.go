@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kithmesh/kith/node/api"
 )
 
 func peersCmd() *cobra.Command {
@@ -15,12 +17,7 @@ func peersCmd() *cobra.Command {
 		Use:   "add MULTIADDR",
 		Short: "Add a static peer (a full multiaddr ending in /p2p/<peer id>)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
 			p, err := c.AddPeer(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -31,17 +28,12 @@ func peersCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s added (%s)\n", p.ID, state)
 			return nil
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "ls",
 		Short: "List known peers",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
 			peers, err := c.Peers(cmd.Context())
 			if err != nil {
 				return err
@@ -57,7 +49,7 @@ func peersCmd() *cobra.Command {
 					strings.Join(p.Sources, ","), seen, strings.Join(p.Addrs, " "))
 			}
 			return w.Flush()
-		},
+		}),
 	})
 	return cmd
 }

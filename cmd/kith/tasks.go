@@ -19,12 +19,7 @@ func tasksCmd() *cobra.Command {
 		Use:   "ls",
 		Short: "List delegations",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
 			ds, err := c.Delegations(cmd.Context())
 			if err != nil {
 				return err
@@ -36,17 +31,12 @@ func tasksCmd() *cobra.Command {
 					short(d.Peer), d.CreatedAt.Format(time.RFC3339), d.Reason)
 			}
 			return w.Flush()
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one delegation as JSON",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
 			d, err := c.Delegation(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -54,17 +44,12 @@ func tasksCmd() *cobra.Command {
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
 			return enc.Encode(d)
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "tree",
 		Short: "Show delegations as trees of parents and children (remote ones marked ⇄ with their provider)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
 			roots, err := c.Tree(cmd.Context())
 			if err != nil {
 				return err
@@ -73,33 +58,23 @@ func tasksCmd() *cobra.Command {
 				printTree(cmd.OutOrStdout(), r, "", "")
 			}
 			return nil
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a delegation",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
 			if err := c.Cancel(cmd.Context(), args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s cancelled\n", args[0])
 			return nil
-		},
+		}),
 	}, &cobra.Command{
 		Use:   "verify ID",
 		Short: "Re-check the stored result proof of a delegation",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, _, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
 			p, err := c.Verify(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -113,7 +88,7 @@ func tasksCmd() *cobra.Command {
 				p.Provider, p.Requester, p.State, p.Usage.Prompt, p.Usage.Completion, p.Usage.Total,
 				p.OfferSHA256, p.Transcript, p.CompletedAt.Format(time.RFC3339Nano))
 			return nil
-		},
+		}),
 	})
 	return cmd
 }
