@@ -201,7 +201,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		e.log.Error("store offer", "delegation", o.ID, "err", err)
 		return
 	}
-	t.attach(c, nil)
+	t.attach(c)
 	for _, ev := range []store.Event{accept, running} {
 		m, _ := protocol.DecodeMessage(ev.Data)
 		e.trace(Sent, remote, m)

@@ -34,19 +34,11 @@ type task struct {
 	statusSeq uint64
 }
 
-// attach makes c the stream that receives this task's messages, after
-// replaying to it every message already sent (so a reattaching requester
-// misses nothing). It reports false if the replay failed.
-func (t *task) attach(c *protocol.Conn, history [][]byte) bool {
+// attach makes c the stream that receives this task's messages.
+func (t *task) attach(c *protocol.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, raw := range history {
-		if err := c.SendEncoded(raw); err != nil {
-			return false
-		}
-	}
 	t.conn = c
-	return true
 }
 
 // send delivers one encoded message to the attached stream, detaching it on
