@@ -42,7 +42,10 @@ type Profile struct {
 	// MinBudgetTokens: offers below it are rejected budget_too_low (a
 	// model that cannot answer in fewer tokens should say so up front).
 	MinBudgetTokens uint64
-	Executor        executor.Executor
+	// MinTrust is the lowest trust a peer needs to use the profile; others
+	// are rejected not_allowed and do not see it in capability answers.
+	MinTrust protocol.TrustLevel
+	Executor executor.Executor
 }
 
 // Admitter is an extra admission rule a node may install (trust policy,
@@ -71,6 +74,15 @@ type Config struct {
 	Admit    Admitter
 	Trace    Trace
 	Logger   *slog.Logger
+
+	// QueryTrust is the lowest trust whose capability queries are answered.
+	QueryTrust protocol.TrustLevel
+	// Per-peer token buckets: offers above the rate are rejected
+	// rate_limited, queries above theirs go unanswered. 0 means unlimited.
+	OffersPerSecond  float64
+	OfferBurst       int
+	QueriesPerSecond float64
+	QueryBurst       int
 
 	MaxRemoteConcurrent int           // remote delegations run at once; 4 if 0
 	DefaultTimeout      time.Duration // 5m if 0
@@ -131,6 +143,8 @@ type Engine struct {
 	outgoing map[protocol.DelegationID]*outgoing
 	subs     map[subKey]map[chan store.Event]struct{}
 	caps     map[peer.ID]protocol.CapabilityAssertion
+	offers   *peerLimiter
+	queries  *peerLimiter
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -161,6 +175,8 @@ func New(cfg Config) (*Engine, error) {
 		outgoing: make(map[protocol.DelegationID]*outgoing),
 		subs:     make(map[subKey]map[chan store.Event]struct{}),
 		caps:     make(map[peer.ID]protocol.CapabilityAssertion),
+		offers:   newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
+		queries:  newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
 	}
 	for i := range cfg.Profiles {
 		p := cfg.Profiles[i]

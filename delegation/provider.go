@@ -59,13 +59,19 @@ func (e *Engine) send(c *protocol.Conn, remote peer.ID, m protocol.Message) erro
 	return c.Send(m)
 }
 
-// assertion is this node's signed capability assertion for asker.
+// trustOf is the trust level this node gives p (untrusted if unknown).
+func (e *Engine) trustOf(p peer.ID) protocol.TrustLevel {
+	if rec, err := e.st.GetPeer(p); err == nil {
+		return rec.Trust
+	}
+	return protocol.Untrusted
+}
+
+// assertion is this node's signed capability assertion for asker: the
+// profiles asker may use, and the trust it is granted.
 func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAssertion, error) {
 	now := e.cfg.Now()
-	trust := protocol.Untrusted
-	if p, err := e.st.GetPeer(asker); err == nil {
-		trust = p.Trust
-	}
+	trust := e.trustOf(asker)
 	a := protocol.CapabilityAssertion{
 		Provider:     e.id.PeerID(),
 		Versions:     protocol.Supported,
@@ -73,11 +79,13 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 		IssuedAt:     now,
 		ExpiresAt:    now.Add(e.cfg.CapabilityTTL),
 	}
-	for _, p := range e.Profiles() {
-		if len(want) == 0 || slices.Contains(want, p.Name) {
-			a.Profiles = append(a.Profiles, p)
+	e.mu.Lock()
+	for _, p := range e.profiles {
+		if p.MinTrust <= trust && (len(want) == 0 || slices.Contains(want, p.Name)) {
+			a.Profiles = append(a.Profiles, p.Profile)
 		}
 	}
+	e.mu.Unlock()
 	slices.SortFunc(a.Profiles, func(x, y protocol.Profile) int {
 		if x.Name < y.Name {
 			return -1
@@ -93,6 +101,17 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 }
 
 func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.CapabilityQuery) {
+	// A query from a peer below query_trust, or beyond its rate, gets no
+	// answer: there is no reject message for queries, and silence tells a
+	// prober nothing.
+	if !e.queries.allow(remote, e.cfg.Now()) {
+		e.log.Debug("capability query dropped", "peer", remote, "rule", "rate_limited")
+		return
+	}
+	if trust := e.trustOf(remote); trust < e.cfg.QueryTrust {
+		e.log.Debug("capability query dropped", "peer", remote, "rule", "query_trust", "trust", trust)
+		return
+	}
 	a, err := e.assertion(remote, q.Profiles)
 	if err != nil {
 		return
@@ -115,6 +134,9 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 	if slices.Contains(o.Chain, self) {
 		return nil, &RejectedError{protocol.ReasonLoopDetected, "this node is already in the delegation chain"}
 	}
+	if !e.offers.allow(remote, e.cfg.Now()) {
+		return nil, &RejectedError{protocol.ReasonRateLimited, fmt.Sprintf("more than %g offers per second", e.cfg.OffersPerSecond)}
+	}
 	if e.cfg.Admit != nil {
 		if r, detail := e.cfg.Admit(remote, o); r != protocol.ReasonUnspecified {
 			return nil, &RejectedError{r, detail}
@@ -123,6 +145,10 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 	p, ok := e.profile(o.Profile)
 	if !ok {
 		return nil, &RejectedError{protocol.ReasonNoMatchingProfile, fmt.Sprintf("no profile %q here", o.Profile)}
+	}
+	if trust := e.trustOf(remote); trust < p.MinTrust {
+		return nil, &RejectedError{protocol.ReasonNotAllowed,
+			fmt.Sprintf("profile %q needs trust %s, this peer is %s", o.Profile, p.MinTrust, trust)}
 	}
 	if o.BudgetTokens == 0 || o.BudgetTokens < p.MinBudgetTokens {
 		return nil, &RejectedError{protocol.ReasonBudgetTooLow,

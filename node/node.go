@@ -53,6 +53,7 @@ type Node struct {
 	st    *store.Store
 	host  host.Host
 	eng   *delegation.Engine
+	gater *gater
 }
 
 // New checks the config and returns a node that Run will start. It does
@@ -126,8 +127,19 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
 
+	known, err := st.ListPeers()
+	if err != nil {
+		return err
+	}
+	gate := newGater(n.cfg.Policy.Mode, known)
+	rm, err := resourceManager(n.cfg.Limits)
+	if err != nil {
+		return fmt.Errorf("node: resource manager: %w", err)
+	}
 	h, err := libp2p.New(
 		libp2p.Identity(id.Libp2pKey()),
+		libp2p.ConnectionGater(gate),
+		libp2p.ResourceManager(rm),
 		libp2p.ListenAddrStrings(n.cfg.Listen...),
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(quic.NewTransport),
@@ -145,6 +157,11 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	eng, err := delegation.New(delegation.Config{
 		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: &finder{h: h, st: st},
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
+		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
+		OffersPerSecond:     n.cfg.Limits.OffersPerSecond,
+		OfferBurst:          n.cfg.Limits.OfferBurst,
+		QueriesPerSecond:    n.cfg.Limits.QueriesPerSecond,
+		QueryBurst:          n.cfg.Limits.QueryBurst,
 		MaxRemoteConcurrent: n.cfg.Limits.MaxRemoteConcurrent,
 		DefaultTimeout:      n.cfg.Limits.DefaultTimeout.Std(),
 		MaxTimeout:          n.cfg.Limits.MaxTimeout.Std(),
@@ -171,7 +188,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	api := &http.Server{Handler: n.apiHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	n.mu.Lock()
-	n.id, n.st, n.host, n.eng = id, st, h, eng
+	n.id, n.st, n.host, n.eng, n.gater = id, st, h, eng, gate
 	n.mu.Unlock()
 
 	g, gctx := errgroup.WithContext(ctx)

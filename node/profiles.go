@@ -35,6 +35,7 @@ func profiles(cfg config.Config) ([]delegation.Profile, error) {
 				MaxBudgetTokens: p.EffectiveMaxBudgetTokens(), VRAMMiB: p.VRAMMiB,
 			},
 			Timeout:  p.EffectiveTimeout(cfg.Limits),
+			MinTrust: p.Trust(),
 			Executor: ex,
 		})
 	}

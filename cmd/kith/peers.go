@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -8,7 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/node"
 	"github.com/kithmesh/kith/node/api"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
 )
 
 func peersCmd() *cobra.Command {
@@ -51,5 +57,111 @@ func peersCmd() *cobra.Command {
 			return w.Flush()
 		}),
 	})
+	cmd.AddCommand(
+		peerChangeCmd("allow ID", "Allow a peer (in allowlist mode, only allowed peers may connect)", 1,
+			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: "allow"}, nil }),
+		peerChangeCmd("deny ID", "Deny a peer: refused on dial and accept, its live connections closed", 1,
+			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: "deny"}, nil }),
+		peerChangeCmd("trust ID LEVEL", "Set a peer's trust level: untrusted, verified or trusted", 2,
+			func(args []string) (api.PeerChange, error) {
+				if _, err := protocol.ParseTrustLevel(args[1]); err != nil {
+					return api.PeerChange{}, err
+				}
+				return api.PeerChange{Trust: args[1]}, nil
+			}),
+		peerChangeCmd("rm ID", "Forget a peer, its trust and allow/deny included", 1,
+			func(args []string) (api.PeerChange, error) { return api.PeerChange{Remove: true}, nil }),
+		&cobra.Command{
+			Use:   "log",
+			Short: "Show the audit log of trust and allow/deny changes",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				c, home, err := client()
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				entries, err := c.Audit(cmd.Context())
+				if errors.Is(err, api.ErrDaemonNotRunning) {
+					cfg, cerr := node.LoadConfig(home)
+					if cerr != nil {
+						return cerr
+					}
+					entries, err = node.AuditOffline(home, cfg, 1000)
+				}
+				if err != nil {
+					return err
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "SEQ\tTIME\tPEER\tCHANGE\tFROM\tTO\tORIGIN")
+				for _, e := range entries {
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Format(time.RFC3339), e.Peer, e.Action, e.From, e.To, e.Origin)
+				}
+				return w.Flush()
+			},
+		},
+	)
 	return cmd
+}
+
+// peerChangeCmd builds a command that changes one peer. It applies to the
+// running daemon at once; with no daemon running it edits the store, so
+// the change holds when the daemon starts.
+func peerChangeCmd(use, short string, nargs int, change func(args []string) (api.PeerChange, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(nargs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			// Check everything before changing anything.
+			p, err := node.ParsePeerID(args[0])
+			if err != nil {
+				return err
+			}
+			ch, err := change(args)
+			if err != nil {
+				return err
+			}
+			ch.Origin = "cli"
+			c, home, err := client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			err = c.ChangePeer(cmd.Context(), p.String(), ch)
+			where := "running daemon"
+			if errors.Is(err, api.ErrDaemonNotRunning) {
+				where = "store (daemon not running)"
+				err = offlineChange(home, p, ch)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%s)\n", p, strings.Fields(use)[0], where)
+			return nil
+		},
+	}
+}
+
+func offlineChange(home string, p peer.ID, ch api.PeerChange) error {
+	cfg, err := node.LoadConfig(home)
+	if err != nil {
+		return err
+	}
+	pc := node.PeerChange{Peer: p, Remove: ch.Remove, Origin: "cli (daemon stopped)"}
+	if ch.Trust != "" {
+		t, err := protocol.ParseTrustLevel(ch.Trust)
+		if err != nil {
+			return err
+		}
+		pc.Trust = &t
+	}
+	if ch.Access != "" {
+		a, err := store.ParseAccess(ch.Access)
+		if err != nil {
+			return err
+		}
+		pc.Access = &a
+	}
+	return pc.ApplyOffline(home, cfg)
 }

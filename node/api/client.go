@@ -171,3 +171,17 @@ func (c *Client) Events(ctx context.Context, id string, fn func(Event)) error {
 	}
 	return io.ErrUnexpectedEOF
 }
+
+// ChangePeer sets a peer's trust or access, or forgets it.
+func (c *Client) ChangePeer(ctx context.Context, id string, ch PeerChange) error {
+	if ch.Remove {
+		return c.do(ctx, http.MethodDelete, "/peers/"+url.PathEscape(id), nil, nil)
+	}
+	return c.do(ctx, http.MethodPost, "/peers/"+url.PathEscape(id), ch, nil)
+}
+
+// Audit returns the audit log of trust and access changes, oldest first.
+func (c *Client) Audit(ctx context.Context) ([]AuditEntry, error) {
+	var out []AuditEntry
+	return out, c.do(ctx, http.MethodGet, "/peers/log", nil, &out)
+}

@@ -116,3 +116,23 @@ func StateTerminal(s string) bool {
 	var st protocol.State
 	return st.UnmarshalText([]byte(s)) == nil && st.Terminal()
 }
+
+// PeerChange is POST /peers/{id} (and DELETE /peers/{id} to forget one):
+// exactly one of Trust, Access or Remove.
+type PeerChange struct {
+	Trust  string `json:"trust,omitempty"`  // untrusted|verified|trusted
+	Access string `json:"access,omitempty"` // none|allow|deny
+	Remove bool   `json:"remove,omitempty"`
+	Origin string `json:"origin,omitempty"` // for the audit log; "api" if empty
+}
+
+// AuditEntry is one entry of GET /peers/log.
+type AuditEntry struct {
+	Seq    uint64    `json:"seq"`
+	At     time.Time `json:"at"`
+	Peer   string    `json:"peer"`
+	Action string    `json:"action"`
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Origin string    `json:"origin"`
+}

@@ -52,6 +52,9 @@ type Config struct {
 	// Limits bounds what peers may cost this node ([limits]).
 	Limits Limits `toml:"limits"`
 
+	// Policy says which peers may connect and ask ([policy]).
+	Policy Policy `toml:"policy"`
+
 	// Profiles are the kinds of work this node offers ([[profiles]]).
 	// Default: one profile "echo" with executor "echo". A file with no
 	// profiles key keeps that default; "profiles = []" offers nothing.
@@ -69,6 +72,27 @@ type Store struct {
 	// a relative path is relative to <home>. See StorePath.
 	Path string `toml:"path"`
 }
+
+// Policy is the [policy] table.
+type Policy struct {
+	// Mode is "open": any peer that is not denied may connect; or
+	// "allowlist": only peers allowed with "kith peers allow" may connect
+	// (others are refused during the handshake). Denied peers are refused
+	// in both. Default: "open".
+	Mode string `toml:"mode"`
+
+	// QueryTrust is the lowest trust level ("untrusted", "verified",
+	// "trusted") whose capability queries are answered. Default:
+	// "untrusted". Which level may use a profile is the profile's
+	// min_trust.
+	QueryTrust string `toml:"query_trust"`
+}
+
+// Policy modes.
+const (
+	PolicyOpen      = "open"
+	PolicyAllowlist = "allowlist"
+)
 
 // Limits is the [limits] table.
 type Limits struct {
@@ -97,6 +121,33 @@ type Limits struct {
 	// DefaultHopLimit is the hop limit of offers this node starts: how many
 	// providers a task may pass through. Default: 4; 1 to 16.
 	DefaultHopLimit int `toml:"default_hop_limit"`
+
+	// OffersPerSecond is the rate of delegation offers one peer may make;
+	// faster offers are rejected rate_limited. Default: 10.
+	OffersPerSecond float64 `toml:"offers_per_second"`
+
+	// OfferBurst is how many offers one peer may make at once above
+	// OffersPerSecond. Default: 20.
+	OfferBurst int `toml:"offer_burst"`
+
+	// QueriesPerSecond is the rate of capability queries one peer may make;
+	// faster ones go unanswered. Default: 5.
+	QueriesPerSecond float64 `toml:"queries_per_second"`
+
+	// QueryBurst is how many queries one peer may make at once above
+	// QueriesPerSecond. Default: 10.
+	QueryBurst int `toml:"query_burst"`
+
+	// MaxStreamsPerPeer caps one peer's open streams to this node (libp2p
+	// resource manager). Default: 64.
+	MaxStreamsPerPeer int `toml:"max_streams_per_peer"`
+
+	// MaxConnsPerPeer caps one peer's connections to this node. Default: 8.
+	MaxConnsPerPeer int `toml:"max_conns_per_peer"`
+
+	// MaxMemoryPerPeerMiB caps the memory one peer's connections and
+	// streams may reserve, in MiB. Default: 64.
+	MaxMemoryPerPeerMiB int `toml:"max_memory_per_peer_mib"`
 
 	// EnvelopeMaxSkew is how far in the future a message's issued_at may be
 	// (peers' clocks differ). Default: "30s"; at most "10m", because the
@@ -155,6 +206,12 @@ type Profile struct {
 	// MiB. Default: 0 (needs no GPU).
 	VRAMMiB uint64 `toml:"vram_mib"`
 
+	// MinTrust is the lowest trust level ("untrusted", "verified",
+	// "trusted") a peer needs to use this profile; others are rejected
+	// not_allowed. Local work is always allowed. Default: "", which means
+	// "untrusted".
+	MinTrust string `toml:"min_trust"`
+
 	// Command is the exec executor's argv: the task arrives on stdin, the
 	// result is read from stdout. Required for exec, with a non-empty first
 	// element; no shell is involved.
@@ -205,7 +262,15 @@ func Default() Config {
 			MaxTimeout:          Duration(time.Hour),
 			DefaultHopLimit:     4,
 			EnvelopeMaxSkew:     Duration(30 * time.Second),
+			OffersPerSecond:     10,
+			OfferBurst:          20,
+			QueriesPerSecond:    5,
+			QueryBurst:          10,
+			MaxStreamsPerPeer:   64,
+			MaxConnsPerPeer:     8,
+			MaxMemoryPerPeerMiB: 64,
 		},
+		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
 		Profiles: []Profile{{
 			Name:        "echo",
 			Description: "Echoes the task back; for demos and tests",
@@ -283,4 +348,16 @@ func (p Profile) EffectiveTimeout(l Limits) time.Duration {
 		d = m
 	}
 	return d
+}
+
+// Trust returns the profile's MinTrust as a level; "" is untrusted.
+func (p Profile) Trust() protocol.TrustLevel {
+	t, _ := protocol.ParseTrustLevel(p.MinTrust)
+	return t
+}
+
+// QueryTrustLevel returns QueryTrust as a level.
+func (p Policy) QueryTrustLevel() protocol.TrustLevel {
+	t, _ := protocol.ParseTrustLevel(p.QueryTrust)
+	return t
 }

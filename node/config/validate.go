@@ -43,6 +43,7 @@ func (c Config) validate() problems {
 		ps.add("log_level", "%q is not a level; want \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel)
 	}
 	c.Limits.validate(&ps)
+	c.Policy.validate(&ps)
 	c.validateProfiles(&ps)
 	return ps
 }
@@ -99,6 +100,38 @@ func (l Limits) validate(ps *problems) {
 	if positive(ps, "limits.envelope_max_skew", l.EnvelopeMaxSkew) && l.EnvelopeMaxSkew.Std() > MaxEnvelopeSkew {
 		ps.add("limits.envelope_max_skew", "%s is above %s; a larger skew widens the replay window", l.EnvelopeMaxSkew, Duration(MaxEnvelopeSkew))
 	}
+	l.rateLimits(ps)
+}
+
+func (p Policy) validate(ps *problems) {
+	if p.Mode != PolicyOpen && p.Mode != PolicyAllowlist {
+		ps.add("policy.mode", "%q; want \"open\" or \"allowlist\"", p.Mode)
+	}
+	if _, err := protocol.ParseTrustLevel(p.QueryTrust); err != nil {
+		ps.add("policy.query_trust", "%q; want \"untrusted\", \"verified\" or \"trusted\"", p.QueryTrust)
+	}
+}
+
+// rateLimits checks the per-peer limits of [limits].
+func (l Limits) rateLimits(ps *problems) {
+	if l.OffersPerSecond <= 0 {
+		ps.add("limits.offers_per_second", "%g; want a positive rate", l.OffersPerSecond)
+	}
+	if l.QueriesPerSecond <= 0 {
+		ps.add("limits.queries_per_second", "%g; want a positive rate", l.QueriesPerSecond)
+	}
+	for _, v := range []struct {
+		key string
+		n   int
+	}{
+		{"limits.offer_burst", l.OfferBurst}, {"limits.query_burst", l.QueryBurst},
+		{"limits.max_streams_per_peer", l.MaxStreamsPerPeer}, {"limits.max_conns_per_peer", l.MaxConnsPerPeer},
+		{"limits.max_memory_per_peer_mib", l.MaxMemoryPerPeerMiB},
+	} {
+		if v.n < 1 {
+			ps.add(v.key, "%d; want at least 1", v.n)
+		}
+	}
 }
 
 func positive(ps *problems, key string, d Duration) bool {
@@ -129,6 +162,11 @@ func (c Config) validateProfiles(ps *problems) {
 }
 
 func (p Profile) validate(ps *problems, key string, l Limits) {
+	if p.MinTrust != "" {
+		if _, err := protocol.ParseTrustLevel(p.MinTrust); err != nil {
+			ps.add(key+".min_trust", "%q; want \"untrusted\", \"verified\" or \"trusted\"", p.MinTrust)
+		}
+	}
 	switch {
 	case p.Name == "":
 		ps.add(key+".name", "required")

@@ -117,6 +117,17 @@ func TestValidateRules(t *testing.T) {
 		{"log level upper case", func(c *Config) { c.LogLevel = "DEBUG" }, "log_level", "is not a level"},
 		{"log level empty", func(c *Config) { c.LogLevel = "" }, "log_level", "is not a level"},
 
+		// Policy and per-peer limits.
+		{"policy allowlist", func(c *Config) { c.Policy.Mode = "allowlist" }, "", ""},
+		{"policy bad mode", func(c *Config) { c.Policy.Mode = "closed" }, "policy.mode", "want \"open\" or \"allowlist\""},
+		{"policy query trust", func(c *Config) { c.Policy.QueryTrust = "verified" }, "", ""},
+		{"policy bad query trust", func(c *Config) { c.Policy.QueryTrust = "friends" }, "policy.query_trust", "want \"untrusted\""},
+		{"offer rate zero", func(c *Config) { c.Limits.OffersPerSecond = 0 }, "limits.offers_per_second", "want a positive rate"},
+		{"query burst zero", func(c *Config) { c.Limits.QueryBurst = 0 }, "limits.query_burst", "want at least 1"},
+		{"streams per peer zero", func(c *Config) { c.Limits.MaxStreamsPerPeer = 0 }, "limits.max_streams_per_peer", "want at least 1"},
+		{"profile min trust", func(c *Config) { c.Profiles[0].MinTrust = "trusted" }, "", ""},
+		{"profile bad min trust", func(c *Config) { c.Profiles[0].MinTrust = "admin" }, "profiles[0].min_trust", "want \"untrusted\""},
+
 		// Limits.
 		{"frame min", func(c *Config) { c.Limits.MaxFrameBytes = 64 << 10 }, "", ""},
 		{"frame max", func(c *Config) { c.Limits.MaxFrameBytes = 64 << 20 }, "", ""},

@@ -1,0 +1,77 @@
+package node
+
+import (
+	"sync"
+
+	"github.com/libp2p/go-libp2p/core/control"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/kithmesh/kith/node/config"
+	"github.com/kithmesh/kith/store"
+)
+
+// gater is the libp2p connection gater: denied peers are refused on dial
+// and on accept; in allowlist mode, so is every peer not allowed. It keeps
+// the allow/deny list in memory (the store is the durable copy), so a
+// handshake never waits on the disk, and changes apply at once.
+type gater struct {
+	allowlist bool
+
+	mu     sync.RWMutex
+	access map[peer.ID]store.Access
+}
+
+func newGater(mode string, peers []store.Peer) *gater {
+	g := &gater{allowlist: mode == config.PolicyAllowlist, access: make(map[peer.ID]store.Access)}
+	for _, p := range peers {
+		g.access[p.ID] = p.Access
+	}
+	return g
+}
+
+func (g *gater) set(p peer.ID, a store.Access) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if a == store.AccessNone {
+		delete(g.access, p)
+	} else {
+		g.access[p] = a
+	}
+}
+
+// admits reports whether p may hold a connection to this node.
+func (g *gater) admits(p peer.ID) bool {
+	g.mu.RLock()
+	a := g.access[p]
+	g.mu.RUnlock()
+	if a == store.AccessDeny {
+		return false
+	}
+	return !g.allowlist || a == store.AccessAllow
+}
+
+func (g *gater) denied(p peer.ID) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.access[p] == store.AccessDeny
+}
+
+// InterceptPeerDial refuses to dial a denied peer.
+func (g *gater) InterceptPeerDial(p peer.ID) bool { return !g.denied(p) }
+
+// InterceptAddrDial allows every address of a peer that may be dialled.
+func (g *gater) InterceptAddrDial(peer.ID, ma.Multiaddr) bool { return true }
+
+// InterceptAccept cannot know the peer yet; InterceptSecured decides.
+func (g *gater) InterceptAccept(network.ConnMultiaddrs) bool { return true }
+
+// InterceptSecured runs once the remote peer is authenticated, in both
+// directions: the place for the allow and deny lists.
+func (g *gater) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
+	return g.admits(p)
+}
+
+// InterceptUpgraded allows what InterceptSecured allowed.
+func (g *gater) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) { return true, 0 }

@@ -1,0 +1,134 @@
+package node
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/node/api"
+	"github.com/kithmesh/kith/node/config"
+)
+
+// startWith starts a node on loopback with cfg adjusted by edit.
+func startWith(t *testing.T, edit func(*config.Config)) *Node {
+	t.Helper()
+	home := filepath.Join(t.TempDir(), "home")
+	if _, err := Init(home, []string{"/ip4/127.0.0.1/tcp/0"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	n, err := New(home, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-n.Ready():
+	case err := <-done:
+		t.Fatal(err)
+	}
+	return n
+}
+
+func connect(from, to *Node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return from.Host().Connect(ctx, peer.AddrInfo{ID: to.PeerID(), Addrs: to.Host().Addrs()})
+}
+
+func change(t *testing.T, n *Node, id peer.ID, ch api.PeerChange) {
+	t.Helper()
+	c := api.NewClient(n.SocketPath())
+	defer c.Close()
+	if err := c.ChangePeer(context.Background(), id.String(), ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func connected(a, b *Node) bool {
+	return a.Host().Network().Connectedness(b.PeerID()) == network.Connected
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestDenyClosesAndRefuses(t *testing.T) {
+	a, b := startWith(t, nil), startWith(t, nil)
+	if err := connect(a, b); err != nil {
+		t.Fatal(err)
+	}
+	change(t, b, a.PeerID(), api.PeerChange{Access: "deny"})
+	// The live connection is closed at once, on both ends.
+	waitUntil(t, "the denied peer's connection is closed", func() bool { return !connected(a, b) && !connected(b, a) })
+	// And it cannot come back: not by accept, not by dial.
+	if err := connect(a, b); err == nil {
+		waitUntil(t, "B drops A's new connection", func() bool { return !connected(a, b) })
+	}
+	if connected(b, a) {
+		t.Fatal("B holds a connection from a denied peer")
+	}
+	if err := connect(b, a); err == nil || !strings.Contains(err.Error(), "gater") {
+		t.Fatalf("B dialled a denied peer: %v", err)
+	}
+	// The decision is audited with its origin.
+	c := api.NewClient(b.SocketPath())
+	defer c.Close()
+	log, err := c.Audit(context.Background())
+	if err != nil || len(log) != 1 || log[0].Action != "access" || log[0].To != "deny" || log[0].Peer != a.PeerID().String() {
+		t.Fatalf("audit %+v, err %v", log, err)
+	}
+}
+
+func TestAllowlistMode(t *testing.T) {
+	b := startWith(t, func(c *config.Config) { c.Policy.Mode = config.PolicyAllowlist })
+	a := startWith(t, nil)
+	if err := connect(a, b); err == nil {
+		waitUntil(t, "B drops an unknown peer", func() bool { return !connected(a, b) })
+	}
+	if connected(b, a) {
+		t.Fatal("allowlist node kept a connection from an unknown peer")
+	}
+	change(t, b, a.PeerID(), api.PeerChange{Access: "allow"})
+	if err := connect(a, b); err != nil {
+		t.Fatalf("allowed peer refused: %v", err)
+	}
+	waitUntil(t, "B sees the allowed peer", func() bool { return connected(b, a) })
+	// Taking the allowance back disconnects it.
+	change(t, b, a.PeerID(), api.PeerChange{Remove: true})
+	waitUntil(t, "the forgotten peer is disconnected", func() bool { return !connected(b, a) })
+}
+
+func TestMalformedPeerIDChangesNothing(t *testing.T) {
+	n := startWith(t, nil)
+	c := api.NewClient(n.SocketPath())
+	defer c.Close()
+	err := c.ChangePeer(context.Background(), "not-a-peer", api.PeerChange{Access: "deny"})
+	if err == nil || !strings.Contains(err.Error(), "not a peer ID") {
+		t.Fatalf("got %v", err)
+	}
+	if log, _ := c.Audit(context.Background()); len(log) != 0 {
+		t.Fatalf("audit after a refused change: %+v", log)
+	}
+}
