@@ -85,6 +85,10 @@ type Config struct {
 	QueryBurst       int
 
 	MaxRemoteConcurrent int           // remote delegations run at once; 4 if 0
+	// MaxRemotePerPeer caps the remote slots one peer may hold, so that a
+	// flooding peer cannot take them all; half of MaxRemoteConcurrent
+	// (at least 1) if 0.
+	MaxRemotePerPeer int
 	DefaultTimeout      time.Duration // 5m if 0
 	MaxTimeout          time.Duration // 1h if 0
 	DefaultHopLimit     uint32        // 4 if 0
@@ -99,6 +103,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.MaxRemoteConcurrent <= 0 {
 		c.MaxRemoteConcurrent = 4
+	}
+	if c.MaxRemotePerPeer <= 0 {
+		c.MaxRemotePerPeer = max(1, c.MaxRemoteConcurrent/2)
 	}
 	if c.DefaultTimeout <= 0 {
 		c.DefaultTimeout = 5 * time.Minute
@@ -145,6 +152,7 @@ type Engine struct {
 	caps     map[peer.ID]protocol.CapabilityAssertion
 	offers   *peerLimiter
 	queries  *peerLimiter
+	perPeer  map[peer.ID]int // remote slots held, by peer
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -175,6 +183,7 @@ func New(cfg Config) (*Engine, error) {
 		outgoing: make(map[protocol.DelegationID]*outgoing),
 		subs:     make(map[subKey]map[chan store.Event]struct{}),
 		caps:     make(map[peer.ID]protocol.CapabilityAssertion),
+		perPeer:  make(map[peer.ID]int),
 		offers:   newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
 		queries:  newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
 	}

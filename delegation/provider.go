@@ -169,6 +169,32 @@ func (e *Engine) reject(c *protocol.Conn, remote peer.ID, id protocol.Delegation
 	_ = e.send(c, remote, &protocol.DelegationReject{ID: id, Reason: r.Reason, Detail: r.Detail})
 }
 
+// takeSlot takes a remote-pool slot for p, or says why not: the pool is
+// full, or p already holds its share of it.
+func (e *Engine) takeSlot(p peer.ID) *RejectedError {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if held := e.perPeer[p]; held >= e.cfg.MaxRemotePerPeer {
+		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("this peer already holds %d of its %d remote slots", held, e.cfg.MaxRemotePerPeer)}
+	}
+	select {
+	case e.slots <- struct{}{}:
+	default:
+		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("all %d remote slots in use", cap(e.slots))}
+	}
+	e.perPeer[p]++
+	return nil
+}
+
+func (e *Engine) releaseSlot(p peer.ID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	<-e.slots
+	if e.perPeer[p]--; e.perPeer[p] <= 0 {
+		delete(e.perPeer, p)
+	}
+}
+
 // timeoutFor clamps the offered timeout to the profile's and the node's.
 func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
 	t := offered
@@ -197,10 +223,8 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		e.reject(c, remote, o.ID, rej)
 		return
 	}
-	select {
-	case e.slots <- struct{}{}:
-	default:
-		e.reject(c, remote, o.ID, &RejectedError{protocol.ReasonBusy, fmt.Sprintf("all %d remote slots in use", cap(e.slots))})
+	if rej := e.takeSlot(remote); rej != nil {
+		e.reject(c, remote, o.ID, rej)
 		return
 	}
 	timeout := e.timeoutFor(p, o.Timeout)
@@ -212,7 +236,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	}
 	accept, running, err := t.opening()
 	if err != nil {
-		<-e.slots
+		e.releaseSlot(remote)
 		return
 	}
 	d := store.Delegation{
@@ -223,7 +247,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	// Persist before acknowledging: the accept goes out only once the
 	// delegation and its first events are durable, in one write.
 	if err := e.st.CreateDelegation(d, accept, running); err != nil {
-		<-e.slots
+		e.releaseSlot(remote)
 		e.log.Error("store offer", "delegation", o.ID, "err", err)
 		return
 	}
@@ -294,7 +318,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 		delete(e.running, t.id)
 		e.mu.Unlock()
 		if t.remote {
-			<-e.slots
+			e.releaseSlot(t.requester)
 		}
 		close(t.done)
 	}()
