@@ -84,16 +84,16 @@ type Config struct {
 	QueriesPerSecond float64
 	QueryBurst       int
 
-	MaxRemoteConcurrent int           // remote delegations run at once; 4 if 0
+	MaxRemoteConcurrent int // remote delegations run at once; 4 if 0
 	// MaxRemotePerPeer caps the remote slots one peer may hold, so that a
 	// flooding peer cannot take them all; half of MaxRemoteConcurrent
 	// (at least 1) if 0.
 	MaxRemotePerPeer int
-	DefaultTimeout      time.Duration // 5m if 0
-	MaxTimeout          time.Duration // 1h if 0
-	DefaultHopLimit     uint32        // 4 if 0
-	CapabilityTTL       time.Duration // lifetime of signed capability assertions; 5m if 0
-	Conn                protocol.ConnOptions
+	DefaultTimeout   time.Duration // 5m if 0
+	MaxTimeout       time.Duration // 1h if 0
+	DefaultHopLimit  uint32        // 4 if 0
+	CapabilityTTL    time.Duration // lifetime of signed capability assertions; 5m if 0
+	Conn             protocol.ConnOptions
 	// ReattachBackoff is the first wait between reattach attempts; it
 	// doubles up to 5s. 200ms if 0.
 	ReattachBackoff time.Duration

@@ -17,8 +17,9 @@ import (
 	"github.com/kithmesh/kith/protocol"
 )
 
-// goodRound runs sequential echo delegations from a to b for d and returns
-// their round trips; every one must complete.
+// goodRound runs sequential echo delegations from a to b for d, at most
+// one per goodPace (a well-behaved peer stays under the provider's offer
+// rate), and returns their round trips; every one must complete.
 func goodRound(t *testing.T, a, b *Node, d time.Duration) []time.Duration {
 	t.Helper()
 	var rts []time.Duration
@@ -37,9 +38,12 @@ func goodRound(t *testing.T, a, b *Node, d time.Duration) []time.Duration {
 			t.Fatalf("good peer's delegation %s: state %s reason %q err %v", id, dl.State, dl.Reason, err)
 		}
 		rts = append(rts, time.Since(start))
+		time.Sleep(goodPace - time.Since(start))
 	}
 	return rts
 }
+
+const goodPace = 25 * time.Millisecond // 40 offers per second at most
 
 func pct(rts []time.Duration, p float64) time.Duration {
 	s := slices.Clone(rts)
@@ -84,7 +88,9 @@ func flood(ctx context.Context, f *Node, id *crypto.Identity, b *Node, workers i
 // delegations all complete meanwhile. The round trips with and without the
 // flood are reported, not asserted (TESTING.md: no timing thresholds).
 func TestFloodIsRateLimited(t *testing.T) {
-	b := startWith(t, func(c *config.Config) { c.Limits.OffersPerSecond, c.Limits.OfferBurst = 20, 20 })
+	// The provider takes 60 offers per second from one peer: more than the
+	// good peer makes (goodPace), far fewer than the flooder tries.
+	b := startWith(t, func(c *config.Config) { c.Limits.OffersPerSecond, c.Limits.OfferBurst = 60, 30 })
 	a, f := startWith(t, nil), startWith(t, nil)
 	for _, n := range []*Node{a, f} {
 		if err := connect(n, b); err != nil {
