@@ -12,6 +12,7 @@ import (
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/gpu"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -74,6 +75,13 @@ type Config struct {
 	Admit    Admitter
 	Trace    Trace
 	Logger   *slog.Logger
+
+	// Ledger grants VRAM leases to profiles that declare VRAMMiB; nil on a
+	// node without a GPU (such profiles are then refused insufficient_vram).
+	Ledger *gpu.Ledger
+	// NoReoffer stops a requester from offering a preempted delegation to
+	// another provider; by default it tries one that has not preempted it.
+	NoReoffer bool
 
 	// QueryTrust is the lowest trust whose capability queries are answered.
 	QueryTrust protocol.TrustLevel
@@ -361,4 +369,7 @@ const (
 	EventCancel   = "cancel"
 	EventReattach = "reattach"
 	EventNote     = "note"
+	// EventReoffer starts a new attempt at another provider after a
+	// preemption: the transcript of a result covers the events after it.
+	EventReoffer = "reoffered"
 )

@@ -53,11 +53,21 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 		id: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
 		offerHash: sha256.Sum256(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
 	}
+	// Local work leases its VRAM with priority: remote leases in the way
+	// are revoked and their delegations end preempted.
+	lease, rej := e.lease(p, offer.ID, true)
+	if rej != nil {
+		d.State, d.Reason = protocol.StateRejected, rej.Reason.String()+": "+rej.Detail
+		return offer.ID, e.st.CreateDelegation(d, store.Event{Type: EventRejected})
+	}
+	t.lease = lease
 	accept, running, err := t.opening()
 	if err != nil {
+		t.releaseLease()
 		return protocol.DelegationID{}, err
 	}
 	if err := e.st.CreateDelegation(d, accept, running); err != nil {
+		t.releaseLease()
 		return protocol.DelegationID{}, err
 	}
 	e.startTask(runCtx, t)

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/gpu"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -169,6 +170,25 @@ func (e *Engine) reject(c *protocol.Conn, remote peer.ID, id protocol.Delegation
 	_ = e.send(c, remote, &protocol.DelegationReject{ID: id, Reason: r.Reason, Detail: r.Detail})
 }
 
+// lease grants the VRAM a profile declares, or says why not.
+func (e *Engine) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.Lease, *RejectedError) {
+	if p.VRAMMiB == 0 {
+		return nil, nil
+	}
+	if e.cfg.Ledger == nil {
+		return nil, &RejectedError{protocol.ReasonInsufficientVRAM, "this node has no GPU inventory"}
+	}
+	owner := "remote " + id.String()
+	if local {
+		owner = "local " + id.String()
+	}
+	l, err := e.cfg.Ledger.Grant(gpu.LeaseRequest{Owner: owner, VRAMMiB: p.VRAMMiB, Local: local})
+	if err != nil {
+		return nil, &RejectedError{protocol.ReasonInsufficientVRAM, err.Error()}
+	}
+	return l, nil
+}
+
 // takeSlot takes a remote-pool slot for p, or says why not: the pool is
 // full, or p already holds its share of it.
 func (e *Engine) takeSlot(p peer.ID) *RejectedError {
@@ -234,9 +254,17 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		offerHash: sha256.Sum256(raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
+	lease, rej := e.lease(p, o.ID, false)
+	if rej != nil {
+		e.releaseSlot(remote)
+		e.reject(c, remote, o.ID, rej)
+		return
+	}
+	t.lease = lease
 	accept, running, err := t.opening()
 	if err != nil {
 		e.releaseSlot(remote)
+		t.releaseLease()
 		return
 	}
 	d := store.Delegation{
@@ -248,6 +276,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	// delegation and its first events are durable, in one write.
 	if err := e.st.CreateDelegation(d, accept, running); err != nil {
 		e.releaseSlot(remote)
+		t.releaseLease()
 		e.log.Error("store offer", "delegation", o.ID, "err", err)
 		return
 	}
@@ -320,10 +349,21 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 		if t.remote {
 			e.releaseSlot(t.requester)
 		}
+		t.releaseLease()
 		close(t.done)
 	}()
 	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.deadline, &stopCause{protocol.StateExpired, ReasonTimeout})
 	defer cancelDeadline()
+	if t.lease != nil {
+		// Local work took the VRAM back: stop, and say so.
+		go func() {
+			select {
+			case <-t.lease.Revoked():
+				t.cancel(&stopCause{protocol.StatePreempted, t.lease.Reason()})
+			case <-ctx.Done():
+			}
+		}()
+	}
 	started := e.cfg.Now()
 
 	var pending []byte
@@ -378,6 +418,14 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	}
 	if res.StoppedAtBudget && reason == "" {
 		reason = "stopped at token budget"
+	}
+	if state == protocol.StatePreempted {
+		// The requester hears of the preemption as a status first, so that
+		// it can re-offer the task at once (DESIGN.md).
+		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StatePreempted, Seq: t.nextSeq(), Reason: reason}
+		if b, err := protocol.EncodeMessage(st); err == nil {
+			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
+		}
 	}
 	e.finish(t.role, t.id, t.requester, t.offerHash, state, reason, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }

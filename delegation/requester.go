@@ -133,8 +133,24 @@ func (e *Engine) follow(d store.Delegation) error {
 
 func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing) {
 	backoff := e.cfg.ReattachBackoff
+	preemptedBy := map[peer.ID]bool{}
 	for attempt := 0; ; attempt++ {
-		if e.attempt(ctx, d, o) {
+		switch e.attempt(ctx, d, o) {
+		case outcomeDone:
+			return
+		case outcomePreempted:
+			cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
+			if err != nil {
+				return
+			}
+			preemptedBy[cur.Peer] = true
+			if next, ok := e.reofferTarget(ctx, cur, preemptedBy); ok {
+				if err := e.reoffer(cur, next); err == nil {
+					o.peer = next
+					continue
+				}
+			}
+			e.endPreempted(cur)
 			return
 		}
 		if ctx.Err() != nil {
@@ -142,6 +158,15 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 		}
 		if !e.cfg.Now().Before(d.Deadline) {
 			e.expireOutgoing(d)
+			return
+		}
+		if attempt+1 >= maxUnacceptedAttempts && !e.everAccepted(d.ID) {
+			// The provider never took the offer, so nothing runs there
+			// and nothing is lost by giving up: say so now rather than
+			// at the timeout.
+			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+				x.Reason = fmt.Sprintf("%s: %d attempts to reach %s failed", ReasonUnreachable, attempt+1, x.Peer)
+			})
 			return
 		}
 		wait := min(backoff, d.Deadline.Sub(e.cfg.Now()))
@@ -152,6 +177,25 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// maxUnacceptedAttempts is how many times a requester tries to deliver an
+// offer that no provider has accepted before it fails the delegation
+// provider_unreachable (about three seconds with the default backoff).
+const maxUnacceptedAttempts = 5
+
+// everAccepted reports whether the current provider accepted d.
+func (e *Engine) everAccepted(id protocol.DelegationID) bool {
+	evs, err := e.st.Events(store.RoleRequester, id, 0)
+	if err != nil {
+		return true // unsure: keep trying until the deadline
+	}
+	for _, ev := range currentAttempt(evs) {
+		if ev.Type == EventAccepted {
+			return true
+		}
+	}
+	return false
 }
 
 // expireOutgoing gives up on a delegation whose deadline passed with no
@@ -165,21 +209,32 @@ func (e *Engine) expireOutgoing(d store.Delegation) {
 	e.sendCancel(d.Peer, d.ID, "requester timed out")
 }
 
+// outcome is how one attempt at a provider ended.
+type outcome int
+
+const (
+	outcomeRetry     outcome = iota // the stream failed: reattach
+	outcomeDone                     // the delegation is terminal here
+	outcomePreempted                // the provider preempted it: offer it elsewhere
+)
+
 // attempt opens one stream to the provider, sends the offer (or, once the
 // provider has accepted, a status query to reattach), and follows the
-// stream. It reports true when the delegation reached a terminal state.
-func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) bool {
+// stream.
+func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) outcome {
 	cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
 	if err != nil {
-		return true
+		return outcomeDone
 	}
 	if cur.State.Terminal() {
-		return true
+		return outcomeDone
 	}
-	events, err := e.st.Events(store.RoleRequester, d.ID, 0)
+	d = cur // the provider may have changed (a re-offer)
+	all, err := e.st.Events(store.RoleRequester, d.ID, 0)
 	if err != nil {
-		return false
+		return outcomeRetry
 	}
+	events := currentAttempt(all)
 	var first protocol.Message
 	var lastSeq uint64
 	accepted := false
@@ -198,7 +253,7 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) b
 	} else {
 		offer, err := protocol.DecodeMessage(cur.Offer)
 		if err != nil {
-			return true
+			return outcomeDone
 		}
 		first = offer
 	}
@@ -207,7 +262,7 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) b
 	cancel()
 	if err != nil {
 		e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
-		return false
+		return outcomeRetry
 	}
 	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 	defer stop()
@@ -219,7 +274,7 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) b
 	}
 	if err != nil {
 		_ = s.Reset()
-		return false
+		return outcomeRetry
 	}
 	e.trace(Sent, d.Peer, first)
 	e.mu.Lock()
@@ -230,13 +285,13 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) b
 		o.conn = nil
 		e.mu.Unlock()
 	}()
-	done := e.readProvider(c, cur, accepted, lastSeq)
-	if done {
+	out := e.readProvider(c, cur, accepted, lastSeq)
+	if out == outcomeDone {
 		_ = s.Close() // closing our side acknowledges the result
 	} else {
 		_ = s.Reset()
 	}
-	return done
+	return out
 }
 
 // requesterFlushDelay is how long a requester keeps the accept and
@@ -302,23 +357,23 @@ func (b *eventBuffer) take() []store.Event {
 
 // readProvider follows the provider's messages on one stream. It reports
 // true once the delegation is terminal here.
-func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted bool, lastSeq uint64) bool {
+func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted bool, lastSeq uint64) outcome {
 	buf := &eventBuffer{e: e, id: d.ID}
 	defer buf.flush() // a reattach reads the log to resume from
 	for {
 		wait := d.Deadline.Sub(e.cfg.Now())
 		if wait <= 0 {
-			return false
+			return outcomeRetry
 		}
 		m, raw, err := c.RecvRaw(wait)
 		if err != nil {
-			return false
+			return outcomeRetry
 		}
 		e.trace(Received, d.Peer, m)
 		switch m := m.(type) {
 		case *protocol.DelegationReject:
 			if m.ID != d.ID {
-				return false
+				return outcomeRetry
 			}
 			_, _ = e.transitionAfter(store.RoleRequester, d.ID, buf.take(), protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
 				x.Reason = m.Reason.String()
@@ -326,7 +381,7 @@ func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted boo
 					x.Reason += ": " + m.Detail
 				}
 			})
-			return true
+			return outcomeDone
 		case *protocol.DelegationAccept:
 			if m.ID != d.ID || accepted {
 				continue
@@ -335,38 +390,51 @@ func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted boo
 			buf.add(store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: raw})
 		case *protocol.DelegationStatus:
 			if m.ID != d.ID {
-				return false
+				return outcomeRetry
 			}
 			if m.State == protocol.StateUnknown {
 				// The provider never stored the offer (it was lost
 				// before its accept): offer again on the next attempt.
 				if !accepted {
-					return false
+					return outcomeRetry
 				}
 				_, _ = e.transitionAfter(store.RoleRequester, d.ID, buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 					x.Reason = "provider does not know the delegation it accepted"
 				})
-				return true
+				return outcomeDone
 			}
-			if m.Seq <= lastSeq || m.State.Terminal() {
-				continue // replayed after a reattach and already logged; or bogus
+			if m.Seq <= lastSeq {
+				continue // replayed after a reattach and already logged
 			}
 			lastSeq = m.Seq
-			buf.add(store.Event{Type: EventStatus, State: m.State, Data: raw})
+			if m.State == protocol.StatePreempted && !e.cfg.NoReoffer {
+				// Log it (the delegation itself stays live) and offer
+				// the task elsewhere.
+				buf.add(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw})
+				return outcomePreempted
+			}
+			if m.State.Terminal() && m.State != protocol.StatePreempted {
+				continue // a terminal state comes only with a result
+			}
+			state := m.State
+			if state == protocol.StatePreempted {
+				state = protocol.StateRunning // the result ends it
+			}
+			buf.add(store.Event{Type: EventStatus, State: state, Data: raw})
 			if !buf.done && len(m.Partial) == 0 && m.State != protocol.StateRunning {
 				// A state change (preempted, input_required) is worth
 				// showing at once.
 				buf.flush()
 			}
 			if buf.done {
-				return true // cancelled or expired here meanwhile
+				return outcomeDone // cancelled or expired here meanwhile
 			}
 		case *protocol.DelegationResult:
 			if m.ID != d.ID {
-				return false
+				return outcomeRetry
 			}
 			e.acceptResult(d, m, raw, buf.take())
-			return true
+			return outcomeDone
 		}
 	}
 }
@@ -492,6 +560,50 @@ func (e *Engine) sendCancel(p peer.ID, id protocol.DelegationID, reason string) 
 		}
 		e.trace(Sent, p, m)
 		_ = s.Close()
+	})
+}
+
+// reofferTarget picks another provider of d's profile, not one that has
+// preempted it.
+func (e *Engine) reofferTarget(ctx context.Context, d store.Delegation, exclude map[peer.ID]bool) (peer.ID, bool) {
+	if e.cfg.NoReoffer || e.cfg.Finder == nil {
+		return "", false
+	}
+	for _, p := range e.cfg.Finder.Candidates(ctx, d.Profile) {
+		if p == e.id.PeerID() || exclude[p] {
+			continue
+		}
+		a, err := e.capabilities(ctx, p)
+		if err != nil {
+			continue
+		}
+		for _, pr := range a.Profiles {
+			if pr.Name == d.Profile && a.Capacity.FreeSlots > 0 && (pr.MaxBudgetTokens == 0 || pr.MaxBudgetTokens >= d.BudgetTokens) {
+				return p, true
+			}
+		}
+	}
+	return "", false
+}
+
+// reoffer moves a preempted delegation to provider next: the log marks
+// where the new attempt starts, and the same offer goes out again.
+func (e *Engine) reoffer(d store.Delegation, next peer.ID) error {
+	if _, err := e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
+		x.Peer = next
+		return nil
+	}); err != nil {
+		return err
+	}
+	e.log.Info("re-offering preempted delegation", "delegation", d.ID, "from", d.Peer, "to", next)
+	return e.appendEvent(store.RoleRequester, d.ID, store.Event{Type: EventReoffer, State: d.State,
+		Data: []byte(fmt.Sprintf("preempted by %s; offered to %s", d.Peer, next))})
+}
+
+// endPreempted ends a delegation that no other provider could take over.
+func (e *Engine) endPreempted(d store.Delegation) {
+	_, _ = e.transition(store.RoleRequester, d.ID, protocol.StatePreempted, store.Event{}, func(x *store.Delegation) {
+		x.Reason = "preempted by the provider's local work; no other provider took it"
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/gpu"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -26,6 +27,7 @@ type task struct {
 	profile   *Profile
 	deadline  time.Time
 	remote    bool // holds a remote-pool slot
+	lease     *gpu.Lease
 	cancel    context.CancelCauseFunc
 	done      chan struct{}
 
@@ -39,6 +41,12 @@ func (t *task) attach(c *protocol.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.conn = c
+}
+
+func (t *task) releaseLease() {
+	if t.lease != nil {
+		t.lease.Release()
+	}
 }
 
 // send delivers one encoded message to the attached stream, detaching it on
@@ -57,7 +65,11 @@ func (t *task) send(raw []byte) {
 // opening builds the first two events a provider stores and sends for a
 // task it accepts and starts at once: the accept and the running status.
 func (t *task) opening() (accept, running store.Event, err error) {
-	a, err := protocol.EncodeMessage(&protocol.DelegationAccept{ID: t.id, ProviderHandle: t.id.String()})
+	m := &protocol.DelegationAccept{ID: t.id, ProviderHandle: t.id.String()}
+	if t.lease != nil {
+		m.Lease = protocol.Lease{VRAMMiB: t.lease.VRAMMiB(), Device: t.lease.Device().UUID}
+	}
+	a, err := protocol.EncodeMessage(m)
 	if err != nil {
 		return accept, running, err
 	}
@@ -118,7 +130,7 @@ func taskInput(o *protocol.DelegationOffer) executor.Task {
 func transcriptHash(events []store.Event) [32]byte {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	for _, ev := range events {
+	for _, ev := range currentAttempt(events) {
 		if ev.Type != EventAccepted && ev.Type != EventStatus {
 			continue
 		}
@@ -128,6 +140,17 @@ func transcriptHash(events []store.Event) [32]byte {
 	var out [32]byte
 	h.Sum(out[:0])
 	return out
+}
+
+// currentAttempt is the part of a requester's log that belongs to its
+// current provider: everything after the last re-offer.
+func currentAttempt(events []store.Event) []store.Event {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Type == EventReoffer {
+			return events[i+1:]
+		}
+	}
+	return events
 }
 
 // history is the accept and statuses from a delegation's log, in order.

@@ -38,6 +38,7 @@ func (n *Node) apiHandler() http.Handler {
 	mux.HandleFunc("POST "+p+"/delegations/{id}/cancel", n.handleCancel)
 	mux.HandleFunc("GET "+p+"/delegations/{id}/verify", n.handleVerify)
 	mux.HandleFunc("GET "+p+"/tree", n.handleTree)
+	mux.HandleFunc("GET "+p+"/gpu", n.handleGPU)
 	return mux
 }
 

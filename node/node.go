@@ -26,6 +26,7 @@ import (
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/gpu"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
@@ -54,6 +55,10 @@ type Node struct {
 	host  host.Host
 	eng   *delegation.Engine
 	gater *gater
+
+	gpuInv    gpu.Inventory
+	ledger    *gpu.Ledger
+	gpuReason string // why there is no ledger
 }
 
 // New checks the config and returns a node that Run will start. It does
@@ -154,8 +159,13 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	inv, ledger, closeGPU, noGPU := openGPU(n.cfg.GPU)
+	defer closeGPU()
+	if ledger == nil {
+		n.log.Info("no GPU inventory; profiles that need VRAM will be refused", "reason", noGPU)
+	}
 	eng, err := delegation.New(delegation.Config{
-		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: &finder{h: h, st: st},
+		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: &finder{h: h, st: st}, Ledger: ledger,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
 		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
 		OffersPerSecond:     n.cfg.Limits.OffersPerSecond,
@@ -189,6 +199,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 
 	n.mu.Lock()
 	n.id, n.st, n.host, n.eng, n.gater = id, st, h, eng, gate
+	n.gpuInv, n.ledger, n.gpuReason = inv, ledger, noGPU
 	n.mu.Unlock()
 
 	g, gctx := errgroup.WithContext(ctx)

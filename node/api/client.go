@@ -185,3 +185,9 @@ func (c *Client) Audit(ctx context.Context) ([]AuditEntry, error) {
 	var out []AuditEntry
 	return out, c.do(ctx, http.MethodGet, "/peers/log", nil, &out)
 }
+
+// GPU returns the daemon's GPU inventory and leases.
+func (c *Client) GPU(ctx context.Context) (GPU, error) {
+	var g GPU
+	return g, c.do(ctx, http.MethodGet, "/gpu", nil, &g)
+}

@@ -136,3 +136,22 @@ type AuditEntry struct {
 	To     string    `json:"to"`
 	Origin string    `json:"origin"`
 }
+
+// GPU is GET /gpu: the inventory and the VRAM leases held.
+type GPU struct {
+	NoGPU       string     `json:"no_gpu,omitempty"` // why there is no GPU inventory
+	Declared    bool       `json:"declared"`         // VRAM declared in config, not read from NVML
+	Inventory   string     `json:"inventory,omitempty"`
+	HeadroomMiB uint64     `json:"headroom_mib"`
+	Leases      []GPULease `json:"leases"`
+}
+
+// GPULease is one VRAM lease.
+type GPULease struct {
+	ID        string    `json:"id"`
+	Owner     string    `json:"owner"`
+	VRAMMiB   uint64    `json:"vram_mib"`
+	Local     bool      `json:"local"`
+	Device    string    `json:"device"`
+	GrantedAt time.Time `json:"granted_at"`
+}

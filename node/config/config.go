@@ -55,6 +55,9 @@ type Config struct {
 	// Policy says which peers may connect and ask ([policy]).
 	Policy Policy `toml:"policy"`
 
+	// GPU says how this node counts its VRAM ([gpu]).
+	GPU GPU `toml:"gpu"`
+
 	// Profiles are the kinds of work this node offers ([[profiles]]).
 	// Default: one profile "echo" with executor "echo". A file with no
 	// profiles key keeps that default; "profiles = []" offers nothing.
@@ -86,6 +89,19 @@ type Policy struct {
 	// "untrusted". Which level may use a profile is the profile's
 	// min_trust.
 	QueryTrust string `toml:"query_trust"`
+}
+
+// GPU is the [gpu] table.
+type GPU struct {
+	// DeclaredVRAMMiB, when above 0, is the VRAM this node offers, declared
+	// by hand instead of read from NVML (for non-NVIDIA GPUs, or to offer
+	// less than the card has). Default: 0, which means ask NVML; a node
+	// without an NVIDIA GPU then refuses profiles that need VRAM.
+	DeclaredVRAMMiB uint64 `toml:"declared_vram_mib"`
+
+	// HeadroomMiB is VRAM kept free on every device, never leased.
+	// Default: 512.
+	HeadroomMiB uint64 `toml:"headroom_mib"`
 }
 
 // Policy modes.
@@ -271,6 +287,7 @@ func Default() Config {
 			MaxMemoryPerPeerMiB: 64,
 		},
 		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
+		GPU:    GPU{HeadroomMiB: 512},
 		Profiles: []Profile{{
 			Name:        "echo",
 			Description: "Echoes the task back; for demos and tests",

@@ -95,6 +95,14 @@ func DefaultFile(listen []string) []byte {
 	w.show("query_trust", tomlString(d.Policy.QueryTrust))
 	w.blank()
 
+	w.line("[gpu]")
+	w.comment("VRAM this node offers, in MiB, declared by hand; 0 reads it from NVML (a node")
+	w.comment("without an NVIDIA GPU then refuses profiles that set vram_mib).")
+	w.show("declared_vram_mib", fmt.Sprint(d.GPU.DeclaredVRAMMiB))
+	w.comment("VRAM kept free on every device, never leased to delegations.")
+	w.show("headroom_mib", fmt.Sprint(d.GPU.HeadroomMiB))
+	w.blank()
+
 	w.comment("Profiles: the kinds of work this node offers, to itself and to its peers,")
 	w.comment("one [[profiles]] block each. With no profiles key at all the node offers the")
 	w.comment("built-in \"echo\" profile; to offer nothing, write profiles = [] at the top.")
