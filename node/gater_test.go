@@ -10,8 +10,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
+	"github.com/kithmesh/kith/protocol"
 )
 
 // startWith starts a node on loopback with cfg adjusted by edit.
@@ -130,5 +132,66 @@ func TestMalformedPeerIDChangesNothing(t *testing.T) {
 	}
 	if log, _ := c.Audit(context.Background()); len(log) != 0 {
 		t.Fatalf("audit after a refused change: %+v", log)
+	}
+}
+
+// On real hosts: a profile that needs trust refuses an untrusted peer with
+// not_allowed, and serves it once trusted.
+func TestTrustPolicyOnRealHosts(t *testing.T) {
+	b := startWith(t, func(c *config.Config) {
+		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: "verified"})
+	})
+	a := startWith(t, nil)
+	if err := connect(a, b); err != nil {
+		t.Fatal(err)
+	}
+	run := func() (string, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		id, err := a.Engine().Delegate(ctx, delegation.Request{Profile: "gpu", Peer: b.PeerID(), BudgetTokens: 10,
+			Task: protocol.Task{Role: "user", Parts: []protocol.Part{protocol.TextPart("x")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := a.Engine().Wait(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.State.String(), d.Reason
+	}
+	if state, reason := run(); state != "rejected" || !strings.HasPrefix(reason, "not_allowed") {
+		t.Fatalf("untrusted: %s %q, want rejected not_allowed", state, reason)
+	}
+	change(t, b, a.PeerID(), api.PeerChange{Trust: "verified"})
+	if state, reason := run(); state != "completed" {
+		t.Fatalf("verified: %s %q", state, reason)
+	}
+}
+
+// libp2p's resource manager holds one peer to max_streams_per_peer.
+func TestPerPeerStreamLimit(t *testing.T) {
+	b := startWith(t, func(c *config.Config) { c.Limits.MaxStreamsPerPeer = 8 })
+	f := startWith(t, nil)
+	if err := connect(f, b); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for range 20 {
+		s, err := f.Host().NewStream(context.Background(), b.PeerID(), protocol.ID)
+		if err != nil {
+			refused++
+			continue
+		}
+		defer s.Reset()
+		// The stream exists on B only once data arrives; B's limit shows
+		// as a reset when it cannot admit it.
+		_, _ = s.Write([]byte{0x80})
+		_ = s.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := s.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
+			refused++
+		}
+	}
+	if refused < 20-8 {
+		t.Fatalf("%d of 20 streams refused; the per-peer limit is 8", refused)
 	}
 }
