@@ -160,6 +160,7 @@ type Engine struct {
 	caps     map[peer.ID]protocol.CapabilityAssertion
 	offers   *peerLimiter
 	queries  *peerLimiter
+	streams  *peerLimiter    // twice the offer and query rates together
 	perPeer  map[peer.ID]int // remote slots held, by peer
 
 	runCtx context.Context
@@ -194,6 +195,7 @@ func New(cfg Config) (*Engine, error) {
 		perPeer:  make(map[peer.ID]int),
 		offers:   newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
 		queries:  newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
+		streams:  streamLimiter(cfg),
 	}
 	for i := range cfg.Profiles {
 		p := cfg.Profiles[i]

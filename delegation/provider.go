@@ -33,6 +33,13 @@ func (e *Engine) HandleStream(s Stream, remote peer.ID) {
 }
 
 func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
+	// A peer opening streams far faster than its offer and query rates
+	// allow is refused before the envelope costs any public-key work.
+	if !e.streams.allow(remote, e.cfg.Now()) {
+		e.log.Debug("inbound stream refused", "peer", remote, "rule", "stream_rate")
+		_ = s.Reset()
+		return
+	}
 	c, first, raw, err := protocol.Accept(s, e.id, remote, e.st, e.cfg.Conn)
 	if err != nil {
 		e.log.Debug("inbound stream refused", "peer", remote, "err", err)

@@ -56,3 +56,14 @@ func (l *peerLimiter) sweep(now time.Time) {
 		}
 	}
 }
+
+// streamLimiter bounds the streams one peer may open: twice what its offer
+// and query rates allow together (status queries, cancels and retries use
+// streams too), so that well-behaved peers never meet it and a flood is cut
+// before each stream costs an HPKE decapsulation and a signature check.
+func streamLimiter(cfg Config) *peerLimiter {
+	if cfg.OffersPerSecond <= 0 || cfg.QueriesPerSecond <= 0 {
+		return nil
+	}
+	return newPeerLimiter(2*(cfg.OffersPerSecond+cfg.QueriesPerSecond), 2*(max(cfg.OfferBurst, 1)+max(cfg.QueryBurst, 1)))
+}

@@ -109,7 +109,7 @@ func TestFloodIsRateLimited(t *testing.T) {
 	if limited.Load() == 0 {
 		t.Fatalf("the flooder was never rate limited (%d other answers)", other.Load())
 	}
-	t.Logf("flood: %d offers rate_limited, %d other answers", limited.Load(), other.Load())
+	t.Logf("flood: %d offers rate_limited, %d refused otherwise (streams reset by the stream-rate limit, busy)", limited.Load(), other.Load())
 	t.Logf("good peer round trip without flood: p50 %s p99 %s (%d delegations)", pct(quiet, .5), pct(quiet, .99), len(quiet))
 	t.Logf("good peer round trip under flood:   p50 %s p99 %s (%d delegations); p99 ratio %.2fx",
 		pct(loud, .5), pct(loud, .99), len(loud), float64(pct(loud, .99))/float64(pct(quiet, .99)))
