@@ -167,6 +167,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	eng, err := delegation.New(delegation.Config{
 		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: &finder{h: h, st: st}, Ledger: ledger,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
+		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
 		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
 		OffersPerSecond:     n.cfg.Limits.OffersPerSecond,
 		OfferBurst:          n.cfg.Limits.OfferBurst,

@@ -102,6 +102,11 @@ type GPU struct {
 	// HeadroomMiB is VRAM kept free on every device, never leased.
 	// Default: 512.
 	HeadroomMiB uint64 `toml:"headroom_mib"`
+
+	// ReofferPreempted makes this node, as a requester, offer a delegation
+	// that a provider preempted to another provider of the profile.
+	// Default: true.
+	ReofferPreempted bool `toml:"reoffer_preempted"`
 }
 
 // Policy modes.
@@ -287,7 +292,7 @@ func Default() Config {
 			MaxMemoryPerPeerMiB: 64,
 		},
 		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
-		GPU:    GPU{HeadroomMiB: 512},
+		GPU:    GPU{HeadroomMiB: 512, ReofferPreempted: true},
 		Profiles: []Profile{{
 			Name:        "echo",
 			Description: "Echoes the task back; for demos and tests",

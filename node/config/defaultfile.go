@@ -101,6 +101,8 @@ func DefaultFile(listen []string) []byte {
 	w.show("declared_vram_mib", fmt.Sprint(d.GPU.DeclaredVRAMMiB))
 	w.comment("VRAM kept free on every device, never leased to delegations.")
 	w.show("headroom_mib", fmt.Sprint(d.GPU.HeadroomMiB))
+	w.comment("When a provider preempts a delegation of ours, offer it to another provider.")
+	w.show("reoffer_preempted", fmt.Sprint(d.GPU.ReofferPreempted))
 	w.blank()
 
 	w.comment("Profiles: the kinds of work this node offers, to itself and to its peers,")
