@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -30,7 +31,7 @@ func TestDelegateCompletesWithVerifiedProof(t *testing.T) {
 	}
 	// The provider keeps its own record, completed, with the same result.
 	pd, err := b.st.GetDelegation(store.RoleProvider, d.ID)
-	if err != nil || pd.State != protocol.StateCompleted || !equalBytes(pd.Result, d.Result) {
+	if err != nil || pd.State != protocol.StateCompleted || !bytes.Equal(pd.Result, d.Result) {
 		t.Fatalf("provider record %+v, err %v", pd.State, err)
 	}
 	saw := a.sawTypes()
@@ -128,51 +129,28 @@ func TestRejectReasons(t *testing.T) {
 }
 
 func TestLoopDetected(t *testing.T) {
-	var bEngine func() *Engine
-	childErr := make(chan error, 1)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
+	// B's "relay" profile delegates its task back to the peer that asked:
+	// a loop, which that peer must refuse.
+	var nodes []*testNode
+	nodes = newMesh(t, 2, func(i int, c *Config) {
 		if i != 1 {
 			return
 		}
-		// B's "relay" profile delegates its task back to A: a loop.
 		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "relay", MaxBudgetTokens: 100},
 			Executor: executor.HandlerFunc(func(ctx context.Context, task executor.Task, emit func(executor.Update)) (executor.Result, error) {
-				e := bEngine()
-				id, err := e.DelegateChild(ctx, Request{Profile: "echo", Peer: c.Finder.Candidates(ctx, "")[0], Task: textTask(task.Text)})
+				e := nodes[1].engine()
+				id, err := e.DelegateChild(ctx, Request{Profile: "echo", Peer: nodes[0].id.PeerID(), Task: textTask(task.Text)})
 				if err != nil {
-					childErr <- err
 					return executor.Result{}, err
 				}
 				d, err := e.Wait(ctx, id)
-				childErr <- err
-				if d.State != protocol.StateCompleted {
-					return executor.Result{}, errors.New("child " + d.State.String() + ": " + d.Reason)
+				if err != nil {
+					return executor.Result{}, err
 				}
-				return executor.Result{Text: Output(d)}, nil
+				return executor.Result{}, errors.New("child " + d.State.String() + ": " + d.Reason)
 			})})
 	})
 	a, b := nodes[0], nodes[1]
-	bEngine = b.engine
-	// Give B's handler A's ID through its finder.
-	b.stop()
-	b.cfg = func(c *Config) {
-		c.Finder = staticFinder{a.id.PeerID()}
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "relay", MaxBudgetTokens: 100},
-			Executor: executor.HandlerFunc(func(ctx context.Context, task executor.Task, emit func(executor.Update)) (executor.Result, error) {
-				e := bEngine()
-				id, err := e.DelegateChild(ctx, Request{Profile: "echo", Peer: a.id.PeerID(), Task: textTask(task.Text)})
-				if err != nil {
-					return executor.Result{}, err
-				}
-				d, err := e.Wait(ctx, id)
-				if err != nil {
-					return executor.Result{}, err
-				}
-				childErr <- nil
-				return executor.Result{}, errors.New("child " + d.State.String() + ": " + d.Reason)
-			})})
-	}
-	b.start()
 	d := delegateAndWait(t, a, Request{Profile: "relay", Peer: b.id.PeerID(), Task: textTask("loop"), BudgetTokens: 50})
 	if d.State != protocol.StateFailed || !strings.Contains(d.Reason, "loop_detected") {
 		t.Fatalf("parent state %s reason %q, want failed with the child's loop_detected", d.State, d.Reason)

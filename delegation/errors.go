@@ -9,12 +9,11 @@ import (
 
 // Errors a caller of the engine can test with errors.Is.
 var (
-	ErrNoProvider     = errors.New("delegation: no provider offers this profile")
-	ErrUnknown        = errors.New("delegation: unknown delegation")
-	ErrNotRunning     = errors.New("delegation: engine is not running")
-	ErrBadRequest     = errors.New("delegation: invalid request")
-	ErrProofInvalid   = errors.New("delegation: result proof does not verify")
-	ErrBudgetViolated = errors.New("delegation: provider used more tokens than offered")
+	ErrNoProvider   = errors.New("delegation: no provider offers this profile")
+	ErrUnknown      = errors.New("delegation: unknown delegation")
+	ErrNotRunning   = errors.New("delegation: engine is not running")
+	ErrBadRequest   = errors.New("delegation: invalid request")
+	ErrProofInvalid = errors.New("delegation: result proof does not verify")
 )
 
 // RejectedError is a provider's typed refusal of an offer.

@@ -1,7 +1,6 @@
 package delegation
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"sync"
@@ -45,10 +44,6 @@ type hostDialer struct{ h host.Host }
 func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (Stream, error) {
 	return d.h.NewStream(ctx, p, protocol.ID)
 }
-
-type staticFinder []peer.ID
-
-func (f staticFinder) Candidates(context.Context, string) []peer.ID { return f }
 
 // newMesh makes n linked and connected nodes. cfg adjusts each node's
 // engine config (index, config).
@@ -239,5 +234,3 @@ func waitStarted(t *testing.T, b *blockingHandler) {
 		t.Fatal("handler never started")
 	}
 }
-
-func equalBytes(a, b []byte) bool { return bytes.Equal(a, b) }

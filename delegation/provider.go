@@ -383,7 +383,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
 		pending = pending[:0]
 		lastFlush = time.Now()
-		_ = e.emitStatus(t, st, false)
+		_ = e.emitStatus(t, st)
 	}
 	res, err := t.profile.Executor.Execute(ctx, taskInput(t.offer), func(u executor.Update) {
 		pending = append(pending, u.Text...)
@@ -437,20 +437,13 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	e.finish(t.role, t.id, t.requester, t.offerHash, state, reason, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
-// emitStatus persists a status (a transition when it changes state) and
-// then sends it.
-func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus, transition bool) error {
+// emitStatus persists a status (streamed output) and then sends it.
+func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus) error {
 	raw, err := protocol.EncodeMessage(st)
 	if err != nil {
 		return err
 	}
-	ev := store.Event{Type: EventStatus, State: st.State, Data: raw}
-	if transition {
-		_, err = e.transition(t.role, t.id, st.State, ev, nil)
-	} else {
-		err = e.appendEvent(t.role, t.id, ev)
-	}
-	if err != nil {
+	if err := e.appendEvent(t.role, t.id, store.Event{Type: EventStatus, State: st.State, Data: raw}); err != nil {
 		return err
 	}
 	if t.remote {

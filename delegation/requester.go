@@ -36,7 +36,6 @@ type Request struct {
 type outgoing struct {
 	cancel context.CancelCauseFunc
 	conn   *protocol.Conn // current stream, nil between attempts
-	peer   peer.ID
 }
 
 // requestGrace is how long past its timeout a requester waits for the
@@ -118,7 +117,7 @@ func (e *Engine) follow(d store.Delegation) error {
 	return e.goWithRun(func(ctx context.Context) {
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
-		o := &outgoing{cancel: cancel, peer: d.Peer}
+		o := &outgoing{cancel: cancel}
 		e.mu.Lock()
 		e.outgoing[d.ID] = o
 		e.mu.Unlock()
@@ -146,7 +145,6 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 			preemptedBy[cur.Peer] = true
 			if next, ok := e.reofferTarget(ctx, cur, preemptedBy); ok {
 				if err := e.reoffer(cur, next); err == nil {
-					o.peer = next
 					continue
 				}
 			}

@@ -211,7 +211,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		eng.HandleStream(s, s.Conn().RemotePeer())
 	})
 	h.Network().Notify(&network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
-		n.seen(c.RemotePeer(), c.RemoteMultiaddr())
+		n.seen(c.RemotePeer())
 	}})
 
 	g.Go(func() error {
@@ -369,7 +369,7 @@ func (n *Node) connectNow(ai peer.AddrInfo) {
 	}
 }
 
-func (n *Node) seen(p peer.ID, addr ma.Multiaddr) {
+func (n *Node) seen(p peer.ID) {
 	st := n.Store()
 	if st == nil {
 		return
