@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/node"
 	"github.com/kithmesh/kith/node/config"
 )
@@ -40,12 +42,20 @@ func daemonCmd() *cobra.Command {
 	var check bool
 	cmd := &cobra.Command{
 		Use:   "daemon",
-		Short: "Run the node in the foreground",
+		Short: "Run the node in the foreground (initializing the home first if it is new)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			home, err := config.HomeDir(homeFlag)
 			if err != nil {
 				return err
+			}
+			if !check && !crypto.IdentityExists(filepath.Join(home, node.IdentityFile)) {
+				// A fresh machine needs one command to run a node.
+				id, err := node.Init(home, listen)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "initialized kith node %s in %s\n", id, home)
 			}
 			cfg, err := node.LoadConfig(home)
 			if err != nil {

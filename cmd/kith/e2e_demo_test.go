@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -30,5 +32,20 @@ func TestE2EBenchShort(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// On a fresh machine one command runs a node: kith daemon initializes a
+// home that has no identity yet.
+func TestE2EDaemonInitializesFreshHome(t *testing.T) {
+	dir := testDir(t)
+	n := &testNode{t: t, name: "fresh", home: filepath.Join(dir, "fresh"), log: filepath.Join(dir, "fresh.log")}
+	t.Cleanup(n.cleanup)
+	n.start("--listen", "/ip4/127.0.0.1/tcp/0")
+	if _, err := os.Stat(filepath.Join(n.home, "identity.key")); err != nil {
+		t.Fatalf("no identity after kith daemon on a fresh home: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.home, "config.toml")); err != nil {
+		t.Fatalf("no config after kith daemon on a fresh home: %v", err)
 	}
 }
