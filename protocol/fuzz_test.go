@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -288,5 +289,38 @@ func FuzzFrameReader(f *testing.F) {
 		if !reflect.DeepEqual(slow.frames, o.frames) || slow.consumed != o.consumed || slow.err.Error() != o.err.Error() {
 			t.Fatalf("byte-at-a-time reading disagrees: %d frames, %v vs %d frames, %v", len(slow.frames), slow.err, len(o.frames), o.err)
 		}
+	})
+}
+
+// FuzzDecodeAdvert: gossip adverts arrive from any peer on the topic.
+func FuzzDecodeAdvert(f *testing.F) {
+	id := fixedIdentity(f, 2)
+	signed, err := SignCapability(id, CapabilityAssertion{
+		Profiles: []Profile{{Name: "echo"}}, Versions: Supported,
+		IssuedAt: fixedTime, ExpiresAt: fixedTime.Add(10 * time.Minute),
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := EncodeAdvert(signed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add([]byte{0x0a, 0x01, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := DecodeAdvert(b)
+		if err != nil {
+			return
+		}
+		again, err := EncodeAdvert(a)
+		if err != nil {
+			t.Fatalf("decoded advert does not encode: %v", err)
+		}
+		if _, err := DecodeAdvert(again); err != nil {
+			t.Fatalf("re-encoded advert does not decode: %v", err)
+		}
+		_, _ = VerifyCapability(id.PeerID(), a, fixedTime.Add(time.Minute))
 	})
 }

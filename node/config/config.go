@@ -58,6 +58,12 @@ type Config struct {
 	// GPU says how this node counts its VRAM ([gpu]).
 	GPU GPU `toml:"gpu"`
 
+	// Discovery says how this node finds peers ([discovery]).
+	Discovery Discovery `toml:"discovery"`
+
+	// NAT says how this node gets through NAT routers ([nat]).
+	NAT NAT `toml:"nat"`
+
 	// Profiles are the kinds of work this node offers ([[profiles]]).
 	// Default: one profile "echo" with executor "echo". A file with no
 	// profiles key keeps that default; "profiles = []" offers nothing.
@@ -107,6 +113,90 @@ type GPU struct {
 	// that a provider preempted to another provider of the profile.
 	// Default: true.
 	ReofferPreempted bool `toml:"reoffer_preempted"`
+}
+
+// Discovery is the [discovery] table. Every source only yields hints: a
+// peer's profiles count once its signed capability assertion verifies.
+type Discovery struct {
+	// MDNS announces this node as _kith-a2a._tcp on the local network and
+	// connects to the peers it hears. Default: true.
+	MDNS bool `toml:"mdns"`
+
+	// DNSSDDomains are domains whose _kith-a2a._tcp SRV/TXT records and
+	// _dnsaddr TXT records name peers (see "kith dnssd records").
+	// Default: none.
+	DNSSDDomains []string `toml:"dnssd_domains"`
+
+	// DNSSDResolver is the DNS server ("host:port") asked for those
+	// records, for split-horizon set-ups. Default: "", the system resolver
+	// (/etc/resolv.conf).
+	DNSSDResolver string `toml:"dnssd_resolver"`
+
+	// DNSSDInterval is how often the DNS-SD domains are resolved again.
+	// Default: "5m".
+	DNSSDInterval Duration `toml:"dnssd_interval"`
+
+	// DHT is the private Kademlia DHT's mode: "auto" (server once the node
+	// is found publicly reachable, client before), "server", "client", or
+	// "off". In a home lab where every node is behind NAT, make at least
+	// one node "server". Default: "auto".
+	DHT string `toml:"dht"`
+
+	// Gossip publishes this node's signed capability advert with its load
+	// on the /kith/capabilities/1 topic and listens to others'. Default:
+	// true.
+	Gossip bool `toml:"gossip"`
+
+	// AdvertInterval is how often the advert is published when nothing
+	// changes (a change of load publishes at once). Default: "30s"; at
+	// least "1s".
+	AdvertInterval Duration `toml:"advert_interval"`
+}
+
+// DHT modes.
+const (
+	DHTAuto   = "auto"
+	DHTServer = "server"
+	DHTClient = "client"
+	DHTOff    = "off"
+)
+
+// NAT is the [nat] table.
+type NAT struct {
+	// Relays are circuit relay v2 nodes this node reserves a slot on when
+	// it is not publicly reachable, full multiaddrs ending in /p2p/<id>.
+	// Default: none.
+	Relays []string `toml:"relays"`
+
+	// RelayBootDelay is how long after start the node waits before taking
+	// a relay reservation when its reachability is still unknown. Default:
+	// "2s".
+	RelayBootDelay Duration `toml:"relay_boot_delay"`
+
+	// PortMapping asks the router for a port mapping over UPnP or NAT-PMP.
+	// Default: true.
+	PortMapping bool `toml:"port_mapping"`
+
+	// Relay runs the circuit relay v2 service, for a publicly reachable
+	// node (a small VPS). In policy mode "allowlist" it relays only for
+	// allowed peers. Default: false.
+	Relay bool `toml:"relay"`
+
+	// RelayMaxReservations is how many peers may hold a reservation at
+	// once. Default: 128.
+	RelayMaxReservations int `toml:"relay_max_reservations"`
+
+	// RelayMaxCircuits is how many relayed connections one peer may have
+	// open at once. Default: 16.
+	RelayMaxCircuits int `toml:"relay_max_circuits"`
+
+	// RelayCircuitDuration ends one relayed connection after this long.
+	// Default: "10m".
+	RelayCircuitDuration Duration `toml:"relay_circuit_duration"`
+
+	// RelayCircuitMiB ends one relayed connection after this much data in
+	// each direction, in MiB. Default: 64.
+	RelayCircuitMiB int `toml:"relay_circuit_mib"`
 }
 
 // Policy modes.
@@ -293,6 +383,21 @@ func Default() Config {
 		},
 		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
 		GPU:    GPU{HeadroomMiB: 512, ReofferPreempted: true},
+		Discovery: Discovery{
+			MDNS:           true,
+			DHT:            DHTAuto,
+			Gossip:         true,
+			DNSSDInterval:  Duration(5 * time.Minute),
+			AdvertInterval: Duration(30 * time.Second),
+		},
+		NAT: NAT{
+			RelayBootDelay:       Duration(2 * time.Second),
+			PortMapping:          true,
+			RelayMaxReservations: 128,
+			RelayMaxCircuits:     16,
+			RelayCircuitDuration: Duration(10 * time.Minute),
+			RelayCircuitMiB:      64,
+		},
 		Profiles: []Profile{{
 			Name:        "echo",
 			Description: "Echoes the task back; for demos and tests",

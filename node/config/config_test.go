@@ -161,7 +161,7 @@ func TestDefaultFileRoundTrips(t *testing.T) {
 func TestDefaultFileShowsEveryKey(t *testing.T) {
 	file := string(DefaultFile(nil))
 	for key, k := range schema {
-		if _, isTable := map[string]bool{"store": true, "limits": true, "policy": true, "gpu": true, "profiles": true}[key]; isTable {
+		if _, isTable := map[string]bool{"store": true, "limits": true, "policy": true, "gpu": true, "discovery": true, "nat": true, "profiles": true}[key]; isTable {
 			if !strings.Contains(file, "["+key+"]") {
 				t.Errorf("default file has no [%s] header", key)
 			}
@@ -187,6 +187,8 @@ func TestDefaultFileShowsTrueDefaults(t *testing.T) {
 	}
 	want := Default()
 	want.Peers = []string{}
+	want.Discovery.DNSSDDomains = []string{}
+	want.NAT.Relays = []string{}
 	want.Profiles[0].Skills = []string{}
 	want.Profiles[0].MaxBudgetTokens = DefaultMaxBudgetTokens // shown as its effective value
 	if !reflect.DeepEqual(got, want) {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -44,6 +45,8 @@ func (c Config) validate() problems {
 	}
 	c.Limits.validate(&ps)
 	c.Policy.validate(&ps)
+	c.Discovery.validate(&ps)
+	c.NAT.validate(&ps)
 	c.validateProfiles(&ps)
 	return ps
 }
@@ -109,6 +112,78 @@ func (p Policy) validate(ps *problems) {
 	}
 	if _, err := protocol.ParseTrustLevel(p.QueryTrust); err != nil {
 		ps.add("policy.query_trust", "%q; want \"untrusted\", \"verified\" or \"trusted\"", p.QueryTrust)
+	}
+}
+
+func (d Discovery) validate(ps *problems) {
+	for i, dom := range d.DNSSDDomains {
+		if !validDomain(dom) {
+			ps.add(fmt.Sprintf("discovery.dnssd_domains[%d]", i), "%q is not a domain name such as \"lab.example.org\"", dom)
+		}
+	}
+	if d.DNSSDResolver != "" {
+		if _, port, err := net.SplitHostPort(d.DNSSDResolver); err != nil || port == "" {
+			ps.add("discovery.dnssd_resolver", "%q; want host:port, e.g. \"192.168.1.1:53\"", d.DNSSDResolver)
+		}
+	}
+	positive(ps, "discovery.dnssd_interval", d.DNSSDInterval)
+	switch d.DHT {
+	case DHTAuto, DHTServer, DHTClient, DHTOff:
+	default:
+		ps.add("discovery.dht", "%q; want \"auto\", \"server\", \"client\" or \"off\"", d.DHT)
+	}
+	if positive(ps, "discovery.advert_interval", d.AdvertInterval) && d.AdvertInterval.Std() < time.Second {
+		ps.add("discovery.advert_interval", "%s; want at least \"1s\"", d.AdvertInterval)
+	}
+}
+
+// validDomain accepts a DNS name of letters, digits, hyphens and
+// underscores in dot-separated labels of 1 to 63 bytes, 253 at most, with
+// an optional final dot.
+func validDomain(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, l := range strings.Split(s, ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (n NAT) validate(ps *problems) {
+	for i, s := range n.Relays {
+		key := fmt.Sprintf("nat.relays[%d]", i)
+		ai, err := peer.AddrInfoFromString(s)
+		if err != nil {
+			ps.add(key, "%q must be a multiaddr ending in /p2p/<peer id>: %v", s, err)
+			continue
+		}
+		if len(ai.Addrs) == 0 {
+			ps.add(key, "%q has no address to dial", s)
+		}
+	}
+	if n.RelayBootDelay < 0 {
+		ps.add("nat.relay_boot_delay", "%s; want 0 or a positive duration", n.RelayBootDelay)
+	}
+	positive(ps, "nat.relay_circuit_duration", n.RelayCircuitDuration)
+	for _, v := range []struct {
+		key string
+		n   int
+	}{
+		{"nat.relay_max_reservations", n.RelayMaxReservations}, {"nat.relay_max_circuits", n.RelayMaxCircuits},
+		{"nat.relay_circuit_mib", n.RelayCircuitMiB},
+	} {
+		if v.n < 1 {
+			ps.add(v.key, "%d; want at least 1", v.n)
+		}
 	}
 }
 
