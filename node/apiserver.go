@@ -39,6 +39,8 @@ func (n *Node) apiHandler() http.Handler {
 	mux.HandleFunc("GET "+p+"/delegations/{id}/verify", n.handleVerify)
 	mux.HandleFunc("GET "+p+"/tree", n.handleTree)
 	mux.HandleFunc("GET "+p+"/gpu", n.handleGPU)
+	mux.HandleFunc("GET "+p+"/status", n.handleStatus)
+	mux.HandleFunc("GET "+p+"/discovery", n.handleDiscovery)
 	return mux
 }
 

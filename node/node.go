@@ -141,15 +141,15 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("node: resource manager: %w", err)
 	}
-	h, err := libp2p.New(
+	h, err := libp2p.New(append([]libp2p.Option{
 		libp2p.Identity(id.Libp2pKey()),
 		libp2p.ConnectionGater(gate),
 		libp2p.ResourceManager(rm),
 		libp2p.ListenAddrStrings(n.cfg.Listen...),
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(quic.NewTransport),
-		libp2p.UserAgent("kith/"+Version),
-	)
+		libp2p.UserAgent("kith/" + Version),
+	}, n.natOptions(gate)...)...)
 	if err != nil {
 		return fmt.Errorf("node: libp2p host: %w", err)
 	}
