@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/delegation"
+	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -49,6 +50,9 @@ func Demo(ctx context.Context, w io.Writer, text string) error {
 		if err != nil {
 			return nil, nil, err
 		}
+		// Two nodes on loopback: nothing to discover or map, and nothing
+		// may multicast out of the machine.
+		cfg.Discovery.MDNS, cfg.Discovery.DHT, cfg.NAT.PortMapping = false, config.DHTOff, false
 		n, err := New(home, cfg, Options{Trace: trace(name)})
 		if err != nil {
 			return nil, nil, err

@@ -27,6 +27,7 @@ func startWith(t *testing.T, edit func(*config.Config)) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	offHostNetwork(&cfg)
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -194,4 +195,11 @@ func TestPerPeerStreamLimit(t *testing.T) {
 	if refused < 20-8 {
 		t.Fatalf("%d of 20 streams refused; the per-peer limit is 8", refused)
 	}
+}
+
+// offHostNetwork keeps a test node from multicasting out of the machine
+// (mDNS) and from asking the host's router for port mappings (UPnP).
+func offHostNetwork(c *config.Config) {
+	c.Discovery.MDNS = false
+	c.NAT.PortMapping = false
 }

@@ -22,6 +22,7 @@ func startNode(t *testing.T) (*Node, context.CancelFunc, <-chan error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	offHostNetwork(&cfg)
 	n, err := New(home, cfg, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -110,6 +110,15 @@ func newNode(t *testing.T, dir, name, extraConfig string) *testNode {
 	r := n.kith("init", "--listen", "/ip4/127.0.0.1/tcp/0", "--listen", "/ip4/127.0.0.1/udp/0/quic-v1")
 	r.mustSucceed(t)
 	n.id = strings.TrimSpace(r.stdout)
+	// Nodes on the host network must not multicast out of the machine
+	// (mDNS) or ask the host's router for port mappings (UPnP). A test
+	// that sets these tables itself passes them in extraConfig.
+	if !strings.Contains(extraConfig, "[discovery]") {
+		extraConfig += "\n[discovery]\nmdns = false\n"
+	}
+	if !strings.Contains(extraConfig, "[nat]") {
+		extraConfig += "\n[nat]\nport_mapping = false\n"
+	}
 	if extraConfig != "" {
 		f, err := os.OpenFile(filepath.Join(n.home, "config.toml"), os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
