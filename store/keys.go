@@ -44,6 +44,7 @@ const (
 	prefixContext    = "ctx/"
 	prefixReplay     = "replay/"
 	prefixMeta       = "meta/"
+	prefixCapability = "cap/"
 	lockAudit        = "lock/audit" // in-process lock only; the audit log has one sequence
 	hexIDLen         = 32
 )
@@ -116,3 +117,5 @@ func replayKey(sender peer.ID, id [16]byte) []byte {
 }
 
 func metaKey(key string) []byte { return []byte(prefixMeta + key) }
+
+func capabilityKey(id peer.ID) []byte { return []byte(prefixCapability + string(id)) }
