@@ -1,25 +1,54 @@
 package delegation
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
 )
 
+// Where a cached capability assertion came from.
+const (
+	capFromQuery  = "query"  // a capability_response to our query: per-asker
+	capFromGossip = "gossip" // a gossiped advert: what anyone may use, with load
+)
+
+// knownCaps is what this node knows of one peer's capabilities: the last
+// answer to a query (profiles it may use, trust granted to it) and the
+// freshest advert (load).
+type knownCaps struct {
+	query  *protocol.CapabilityAssertion
+	advert *protocol.CapabilityAssertion
+}
+
+// halfLife reports whether a is still within the first half of its
+// lifetime at now: load figures age fast, so older ones are asked again.
+func halfLife(a *protocol.CapabilityAssertion, now time.Time) bool {
+	return a != nil && now.Before(a.IssuedAt.Add(a.ExpiresAt.Sub(a.IssuedAt)/2))
+}
+
+func live(a *protocol.CapabilityAssertion, now time.Time) bool {
+	return a != nil && now.Before(a.ExpiresAt)
+}
+
 // capabilities returns p's verified capability assertion, asking p when
-// none is cached or the cached one is stale (expired, or past half its
-// life: load figures age fast).
+// no answer to a query is cached or the cached one is stale (past half its
+// life).
 func (e *Engine) capabilities(ctx context.Context, p peer.ID) (*protocol.CapabilityAssertion, error) {
-	now := e.cfg.Now()
 	e.mu.Lock()
-	a, ok := e.caps[p]
+	k := e.caps[p]
 	e.mu.Unlock()
-	if ok && now.Before(a.IssuedAt.Add(a.ExpiresAt.Sub(a.IssuedAt)/2)) {
-		return &a, nil
+	if halfLife(k.query, e.cfg.Now()) {
+		return k.query, nil
 	}
 	fresh, err := e.QueryCapabilities(ctx, p)
 	if err != nil {
@@ -30,7 +59,8 @@ func (e *Engine) capabilities(ctx context.Context, p peer.ID) (*protocol.Capabil
 
 // QueryCapabilities asks p for its signed capability assertion, verifies
 // it (signature over the exact bytes, provider is p, not expired, a common
-// protocol version) and caches it.
+// protocol version) and caches it, in memory and in the store, until it
+// expires. A rejected assertion is counted (CapabilityRejections).
 func (e *Engine) QueryCapabilities(ctx context.Context, p peer.ID) (protocol.CapabilityAssertion, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+2*time.Second)
 	defer cancel()
@@ -55,50 +85,246 @@ func (e *Engine) QueryCapabilities(ctx context.Context, p peer.ID) (protocol.Cap
 	if !ok {
 		return protocol.CapabilityAssertion{}, fmt.Errorf("delegation: %s answered a capability query with %s", p, m.Type())
 	}
-	a, err := protocol.VerifyCapability(p, resp.Assertion, e.cfg.Now())
+	a, err := e.learn(p, resp.Assertion, capFromQuery)
 	if err != nil {
 		return protocol.CapabilityAssertion{}, err
 	}
-	if _, err := protocol.Negotiate(protocol.Supported, a.Versions); err != nil {
-		return protocol.CapabilityAssertion{}, err
-	}
-	e.mu.Lock()
-	e.caps[p] = a
-	e.mu.Unlock()
-	return a, nil
+	return *a, nil
 }
 
-// choose picks the best provider of profile among the finder's candidates:
-// one that offers it, with the most free slots.
+// LearnAdvert takes a gossiped capability advert published by from: it is
+// verified (a forged, expired or mismatched-peer advert is refused and
+// counted), and kept when it is fresher than the one known. Requesters use
+// adverts' load to choose among providers.
+func (e *Engine) LearnAdvert(from peer.ID, signed crypto.Assertion) error {
+	_, err := e.learn(from, signed, capFromGossip)
+	return err
+}
+
+// learn verifies signed as p's capability assertion, keeps it if fresher
+// than what is known from the same source, and persists it.
+func (e *Engine) learn(p peer.ID, signed crypto.Assertion, source string) (*protocol.CapabilityAssertion, error) {
+	now := e.cfg.Now()
+	a, err := protocol.VerifyCapability(p, signed, now)
+	if err == nil {
+		_, err = protocol.Negotiate(protocol.Supported, a.Versions)
+	}
+	if err != nil {
+		e.countRejection(err)
+		e.log.Debug("capability assertion rejected", "peer", p, "source", source, "err", err)
+		return nil, err
+	}
+	e.mu.Lock()
+	k := e.caps[p]
+	slot := &k.query
+	if source == capFromGossip {
+		slot = &k.advert
+	}
+	newer := *slot == nil || !a.IssuedAt.Before((*slot).IssuedAt)
+	if newer {
+		*slot = &a
+		e.caps[p] = k
+	}
+	e.mu.Unlock()
+	if newer {
+		if err := e.st.PutCapability(store.Capability{
+			Peer: p, Signed: signed, Source: source, ReceivedAt: now, ExpiresAt: a.ExpiresAt,
+		}); err != nil {
+			e.log.Warn("store capability", "peer", p, "err", err)
+		}
+	}
+	return &a, nil
+}
+
+// Capability rejection reasons, the keys of CapabilityRejections.
+const (
+	RejectForged         = "forged"
+	RejectExpired        = "expired"
+	RejectMismatchedPeer = "mismatched_peer"
+	RejectNoVersion      = "no_common_version"
+	RejectMalformed      = "malformed"
+)
+
+func (e *Engine) countRejection(err error) {
+	reason := RejectMalformed
+	switch {
+	case errors.Is(err, crypto.ErrBadSignature):
+		reason = RejectForged
+	case errors.Is(err, protocol.ErrExpired):
+		reason = RejectExpired
+	case errors.Is(err, protocol.ErrPeerMismatch):
+		reason = RejectMismatchedPeer
+	case errors.Is(err, protocol.ErrVersionUnsupported):
+		reason = RejectNoVersion
+	}
+	e.mu.Lock()
+	e.capRejects[reason]++
+	e.mu.Unlock()
+}
+
+// CapabilityRejections counts the capability assertions (query answers and
+// adverts) this node refused, by reason.
+func (e *Engine) CapabilityRejections() map[string]uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.capRejects)
+}
+
+// KnownCapabilities returns the freshest verified, unexpired assertion
+// known for every peer (a query answer or an advert, whichever was issued
+// later), with where it came from.
+func (e *Engine) KnownCapabilities() map[peer.ID]KnownCapability {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[peer.ID]KnownCapability, len(e.caps))
+	for p, k := range e.caps {
+		if a, src := k.freshest(now); a != nil {
+			out[p] = KnownCapability{Assertion: *a, Source: src}
+		}
+	}
+	return out
+}
+
+// KnownCapability is a verified capability assertion and its source
+// ("query" or "gossip").
+type KnownCapability struct {
+	Assertion protocol.CapabilityAssertion
+	Source    string
+}
+
+func (k knownCaps) freshest(now time.Time) (*protocol.CapabilityAssertion, string) {
+	q, g := k.query, k.advert
+	if !live(q, now) {
+		q = nil
+	}
+	if !live(g, now) {
+		g = nil
+	}
+	switch {
+	case q == nil && g == nil:
+		return nil, ""
+	case g == nil || (q != nil && !q.IssuedAt.Before(g.IssuedAt)):
+		return q, capFromQuery
+	default:
+		return g, capFromGossip
+	}
+}
+
+// loadCapabilities reads the capability cache back from the store,
+// verifying every entry again.
+func (e *Engine) loadCapabilities() {
+	cs, err := e.st.ListCapabilities()
+	if err != nil {
+		e.log.Warn("read capability cache", "err", err)
+		return
+	}
+	for _, c := range cs {
+		a, err := protocol.VerifyCapability(c.Peer, c.Signed, e.cfg.Now())
+		if err != nil {
+			continue
+		}
+		e.mu.Lock()
+		k := e.caps[c.Peer]
+		if c.Source == capFromGossip {
+			k.advert = &a
+		} else {
+			k.query = &a
+		}
+		e.caps[c.Peer] = k
+		e.mu.Unlock()
+	}
+}
+
+// candidate is one possible provider and what ranks it.
+type candidate struct {
+	id      peer.ID
+	a       *protocol.CapabilityAssertion
+	trust   protocol.TrustLevel
+	latency time.Duration // 0: unknown
+}
+
+// better ranks candidates: the trust this node gives the provider, then
+// free slots (the freshest figure known), then round-trip time.
+func better(x, y candidate) int {
+	if c := cmp.Compare(y.trust, x.trust); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(y.a.Capacity.FreeSlots, x.a.Capacity.FreeSlots); c != 0 {
+		return c
+	}
+	lx, ly := x.latency, y.latency
+	if lx == 0 {
+		lx = time.Hour
+	}
+	if ly == 0 {
+		ly = time.Hour
+	}
+	return cmp.Compare(lx, ly)
+}
+
+func offers(a *protocol.CapabilityAssertion, profile string) bool {
+	return slices.ContainsFunc(a.Profiles, func(p protocol.Profile) bool { return p.Name == profile })
+}
+
+// choose picks the best provider of profile among the finder's
+// candidates. What is known (fresh query answers and gossiped adverts)
+// ranks them without a round trip; peers of which nothing fresh is known
+// are asked. The winner is then asked directly (unless a fresh answer is
+// cached), because only a query answer says what this node may use.
 func (e *Engine) choose(ctx context.Context, profile string) (peer.ID, *protocol.CapabilityAssertion, error) {
 	if e.cfg.Finder == nil {
 		return "", nil, fmt.Errorf("%w: %q (no local profile, no peer named, no discovery)", ErrNoProvider, profile)
 	}
-	var best peer.ID
-	var bestA *protocol.CapabilityAssertion
+	now := e.cfg.Now()
+	var ranked []candidate
 	for _, p := range e.cfg.Finder.Candidates(ctx, profile) {
 		if p == e.id.PeerID() {
 			continue
 		}
-		a, err := e.capabilities(ctx, p)
+		e.mu.Lock()
+		k := e.caps[p]
+		e.mu.Unlock()
+		a, _ := k.freshest(now)
+		if !halfLife(k.query, now) && (a == nil || !offers(a, profile)) {
+			// Nothing fresh says p offers it to us: ask.
+			q, err := e.capabilities(ctx, p)
+			if err != nil {
+				e.log.Debug("capability query failed", "peer", p, "err", err)
+				continue
+			}
+			a = q
+		}
+		if a == nil || !offers(a, profile) || a.Capacity.FreeSlots == 0 {
+			continue
+		}
+		c := candidate{id: p, a: a, trust: e.trustOf(p)}
+		if e.cfg.Latency != nil {
+			c.latency = e.cfg.Latency(p)
+		}
+		ranked = append(ranked, c)
+	}
+	slices.SortStableFunc(ranked, better)
+	for _, c := range ranked {
+		a, err := e.capabilities(ctx, c.id)
 		if err != nil {
-			e.log.Debug("capability query failed", "peer", p, "err", err)
+			e.log.Debug("capability query failed", "peer", c.id, "err", err)
 			continue
 		}
-		offers := false
-		for _, pr := range a.Profiles {
-			offers = offers || pr.Name == profile
-		}
-		if !offers || a.Capacity.FreeSlots == 0 {
-			continue
-		}
-		if bestA == nil || a.Capacity.FreeSlots > bestA.Capacity.FreeSlots ||
-			(a.Capacity.FreeSlots == bestA.Capacity.FreeSlots && a.GrantedTrust > bestA.GrantedTrust) {
-			best, bestA = p, a
+		if offers(a, profile) && a.Capacity.FreeSlots > 0 {
+			return c.id, a, nil
 		}
 	}
-	if bestA == nil {
-		return "", nil, fmt.Errorf("%w: %q", ErrNoProvider, profile)
+	return "", nil, fmt.Errorf("%w: %q", ErrNoProvider, profile)
+}
+
+// Advert is this node's capability advert for gossip: the profiles any
+// peer may use (those with min_trust untrusted), its current load, signed.
+func (e *Engine) Advert() (crypto.Assertion, protocol.CapabilityAssertion, error) {
+	a, err := e.assertion("", nil)
+	if err != nil {
+		return crypto.Assertion{}, a, err
 	}
-	return best, bestA, nil
+	signed, err := protocol.SignCapability(e.id, a)
+	return signed, a, err
 }

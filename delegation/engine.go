@@ -105,7 +105,10 @@ type Config struct {
 	// ReattachBackoff is the first wait between reattach attempts; it
 	// doubles up to 5s. 200ms if 0.
 	ReattachBackoff time.Duration
-	Now             func() time.Time
+	// Latency is the round-trip time to a peer, 0 if unknown; it ranks
+	// providers that are otherwise equal. Optional.
+	Latency func(peer.ID) time.Duration
+	Now     func() time.Time
 }
 
 func (c *Config) setDefaults() {
@@ -152,16 +155,17 @@ type Engine struct {
 	st    *store.Store
 	slots chan struct{} // remote pool
 
-	mu       sync.Mutex
-	profiles map[string]*Profile
-	running  map[protocol.DelegationID]*task // provider side (remote and local)
-	outgoing map[protocol.DelegationID]*outgoing
-	subs     map[subKey]map[chan store.Event]struct{}
-	caps     map[peer.ID]protocol.CapabilityAssertion
-	offers   *peerLimiter
-	queries  *peerLimiter
-	streams  *peerLimiter    // twice the offer and query rates together
-	perPeer  map[peer.ID]int // remote slots held, by peer
+	mu         sync.Mutex
+	profiles   map[string]*Profile
+	running    map[protocol.DelegationID]*task // provider side (remote and local)
+	outgoing   map[protocol.DelegationID]*outgoing
+	subs       map[subKey]map[chan store.Event]struct{}
+	caps       map[peer.ID]knownCaps
+	capRejects map[string]uint64
+	offers     *peerLimiter
+	queries    *peerLimiter
+	streams    *peerLimiter    // twice the offer and query rates together
+	perPeer    map[peer.ID]int // remote slots held, by peer
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -182,20 +186,21 @@ func New(cfg Config) (*Engine, error) {
 	}
 	cfg.setDefaults()
 	e := &Engine{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "delegation"),
-		id:       cfg.Identity,
-		st:       cfg.Store,
-		slots:    make(chan struct{}, cfg.MaxRemoteConcurrent),
-		profiles: make(map[string]*Profile),
-		running:  make(map[protocol.DelegationID]*task),
-		outgoing: make(map[protocol.DelegationID]*outgoing),
-		subs:     make(map[subKey]map[chan store.Event]struct{}),
-		caps:     make(map[peer.ID]protocol.CapabilityAssertion),
-		perPeer:  make(map[peer.ID]int),
-		offers:   newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
-		queries:  newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
-		streams:  streamLimiter(cfg),
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "delegation"),
+		id:         cfg.Identity,
+		st:         cfg.Store,
+		slots:      make(chan struct{}, cfg.MaxRemoteConcurrent),
+		profiles:   make(map[string]*Profile),
+		running:    make(map[protocol.DelegationID]*task),
+		outgoing:   make(map[protocol.DelegationID]*outgoing),
+		subs:       make(map[subKey]map[chan store.Event]struct{}),
+		caps:       make(map[peer.ID]knownCaps),
+		capRejects: make(map[string]uint64),
+		perPeer:    make(map[peer.ID]int),
+		offers:     newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
+		queries:    newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
+		streams:    streamLimiter(cfg),
 	}
 	for i := range cfg.Profiles {
 		p := cfg.Profiles[i]
@@ -250,6 +255,7 @@ func (e *Engine) profile(name string) (*Profile, bool) {
 // Run recovers what a previous run left open, then serves until ctx ends.
 // It returns after every goroutine the engine started has stopped.
 func (e *Engine) Run(ctx context.Context) error {
+	e.loadCapabilities() // before HandleStream and Delegate can run
 	e.mu.Lock()
 	if e.runCtx != nil {
 		e.mu.Unlock()
