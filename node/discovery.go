@@ -1,7 +1,448 @@
 package node
 
-import "net/http"
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/kithmesh/kith/delegation"
+	"github.com/kithmesh/kith/discovery"
+	"github.com/kithmesh/kith/node/api"
+	"github.com/kithmesh/kith/node/config"
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// hintAddrTTL is how long addresses from a discovery hint stay in the
+// peerstore; sources repeat their hints well within it.
+const hintAddrTTL = 30 * time.Minute
+
+// advertCheck is how often the load is compared with the last advert's; a
+// change publishes at once.
+const advertCheck = 250 * time.Millisecond
+
+// discoverer runs the discovery sources of [discovery] and turns their
+// hints into connected, queried peers.
+type discoverer struct {
+	cfg  config.Discovery
+	h    host.Host
+	st   *store.Store
+	eng  *delegation.Engine
+	gate *gater
+	log  *slog.Logger
+
+	counters discovery.Counters
+	dht      *discovery.DHT // nil when off
+	gossip   *discovery.Gossip
+
+	ctx context.Context // Run's; hints after it ends are ignored
+	wg  sync.WaitGroup
+
+	mu      sync.Mutex
+	sources map[peer.ID]map[discovery.Source]time.Time // this run's hints
+	dialing map[peer.ID]bool
+	addrs   map[peer.ID][]string // addresses written to the store this run
+}
+
+func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, eng *delegation.Engine, gate *gater) (*discoverer, error) {
+	d := &discoverer{
+		cfg: n.cfg.Discovery, h: h, st: st, eng: eng, gate: gate, log: n.opts.Logger.With("component", "discovery"),
+		ctx:     ctx,
+		sources: map[peer.ID]map[discovery.Source]time.Time{},
+		dialing: map[peer.ID]bool{},
+		addrs:   map[peer.ID][]string{},
+	}
+	if d.cfg.DHT != config.DHTOff {
+		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT, Logger: d.log, Counters: &d.counters})
+		if err != nil {
+			return nil, err
+		}
+		d.dht = dht
+	}
+	if d.cfg.Gossip {
+		g, err := discovery.NewGossip(ctx, h, discovery.GossipConfig{
+			Logger: d.log, Counters: &d.counters,
+			Allowed:  func(p peer.ID) bool { return !gate.denied(p) },
+			OnAdvert: d.advert,
+		})
+		if err != nil {
+			if d.dht != nil {
+				_ = d.dht.Close()
+			}
+			return nil, err
+		}
+		d.gossip = g
+	}
+	return d, nil
+}
+
+// run serves until ctx ends, then stops every source.
+func (d *discoverer) run(ctx context.Context, n *Node) {
+	defer d.wg.Wait()
+	if d.dht != nil {
+		defer d.dht.Close()
+	}
+	if d.gossip != nil {
+		defer d.gossip.Close()
+	}
+	if d.cfg.MDNS {
+		m, err := discovery.StartMDNS(d.h, discovery.MDNSConfig{Logger: d.log, Counters: &d.counters, Profiles: d.profileNames()}, d.hint)
+		if err != nil {
+			d.log.Warn("mdns off", "err", err)
+		} else {
+			defer m.Close()
+		}
+	}
+	if len(d.cfg.DNSSDDomains) > 0 {
+		// d.goRun(func() { n.runDNSSD(ctx, d.cfg, d.hint, &d.counters) }) // DNSSD-HOOK
+	}
+	if d.dht != nil {
+		d.goRun(func() { d.bootstrapDHT(ctx) })
+		d.goRun(func() { d.dht.Run(ctx, d.profileNames) })
+	}
+	if d.gossip != nil {
+		d.goRun(func() { d.publishAdverts(ctx) })
+	}
+	<-ctx.Done()
+}
+
+func (d *discoverer) goRun(f func()) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+}
+
+func (d *discoverer) profileNames() []string {
+	var names []string
+	for _, p := range d.eng.Profiles() {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// hint is every source's Sink: it records where the peer was found,
+// remembers its addresses, and connects to it and asks its capabilities
+// if it is not connected yet. Hints about denied peers are dropped.
+func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
+	if x.ID == d.h.ID() || x.ID == "" {
+		return
+	}
+	if d.gate.denied(x.ID) {
+		d.counters.Drop(d.log, x.Source, "denied", "peer", x.ID)
+		return
+	}
+	if d.ctx.Err() != nil {
+		return
+	}
+	if len(x.Addrs) > 0 {
+		d.h.Peerstore().AddAddrs(x.ID, x.Addrs, hintAddrTTL)
+	}
+	d.mu.Lock()
+	srcs := d.sources[x.ID]
+	if srcs == nil {
+		srcs = map[discovery.Source]time.Time{}
+		d.sources[x.ID] = srcs
+	}
+	_, known := srcs[x.Source]
+	srcs[x.Source] = time.Now()
+	var newAddrs []string
+	for _, a := range x.Addrs {
+		if s := a.String(); !slices.Contains(d.addrs[x.ID], s) {
+			newAddrs = append(newAddrs, s)
+			d.addrs[x.ID] = append(d.addrs[x.ID], s)
+		}
+	}
+	dial := !d.dialing[x.ID] && d.h.Network().Connectedness(x.ID) != network.Connected
+	if dial {
+		d.dialing[x.ID] = true
+	}
+	d.mu.Unlock()
+
+	// The store remembers peers across restarts; write only what is new,
+	// so that a source repeating itself costs no disk write.
+	if !known || len(newAddrs) > 0 {
+		if _, err := d.st.UpdatePeer(x.ID, func(p *store.Peer) error {
+			if !slices.Contains(p.Sources, string(x.Source)) {
+				p.Sources = append(p.Sources, string(x.Source))
+			}
+			for _, a := range newAddrs {
+				if !slices.Contains(p.Addrs, a) {
+					p.Addrs = append(p.Addrs, a)
+				}
+			}
+			return nil
+		}); err != nil {
+			d.log.Warn("record discovered peer", "peer", x.ID, "err", err)
+		}
+	}
+	if dial {
+		d.goRun(func() {
+			defer func() {
+				d.mu.Lock()
+				delete(d.dialing, x.ID)
+				d.mu.Unlock()
+			}()
+			d.connect(x)
+		})
+	}
+}
+
+// connect dials a hinted peer, asks its capabilities and hands it to the
+// DHT as a bootstrap peer.
+func (d *discoverer) connect(x discovery.Hint) {
+	ctx, cancel := context.WithTimeout(d.ctx, 15*time.Second)
+	defer cancel()
+	if err := d.h.Connect(ctx, peer.AddrInfo{ID: x.ID, Addrs: x.Addrs}); err != nil {
+		d.counters.Drop(d.log, x.Source, "unreachable", "peer", x.ID, "err", err)
+		return
+	}
+	if _, err := d.eng.QueryCapabilities(ctx, x.ID); err != nil {
+		d.log.Debug("capability query", "peer", x.ID, "source", x.Source, "err", err)
+	}
+	if d.dht != nil {
+		_ = d.dht.Bootstrap(ctx, []peer.AddrInfo{{ID: x.ID}})
+	}
+}
+
+// bootstrapDHT seeds the DHT with every stored peer that is not denied
+// (static peers and earlier finds); later finds are added as they come.
+func (d *discoverer) bootstrapDHT(ctx context.Context) {
+	peers, err := d.st.ListPeers()
+	if err != nil {
+		return
+	}
+	var ais []peer.AddrInfo
+	for _, p := range peers {
+		if p.Access == store.AccessDeny || p.ID == d.h.ID() {
+			continue
+		}
+		ai := peer.AddrInfo{ID: p.ID}
+		for _, s := range p.Addrs {
+			if a, err := ma.NewMultiaddr(s); err == nil {
+				ai.Addrs = append(ai.Addrs, a)
+			}
+		}
+		ais = append(ais, ai)
+	}
+	if len(ais) > 0 {
+		if err := d.dht.Bootstrap(ctx, ais); err != nil {
+			d.log.Debug("dht bootstrap", "err", err)
+		}
+	}
+}
+
+// advert takes a verified gossiped advert.
+func (d *discoverer) advert(a discovery.Advert) {
+	if err := d.eng.LearnAdvert(a.From, a.Signed); err != nil {
+		d.counters.Drop(d.log, discovery.SourceGossip, "rejected", "peer", a.From, "err", err)
+		return
+	}
+	d.hint(d.ctx, discovery.Hint{ID: a.From, Source: discovery.SourceGossip, Profiles: profileNamesOf(a.Assertion)})
+}
+
+func profileNamesOf(a protocol.CapabilityAssertion) []string {
+	var out []string
+	for _, p := range a.Profiles {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// publishAdverts publishes this node's signed advert every advert_interval,
+// at once when its load or profiles change, and soon after a new peer
+// connects (so that it need not wait a whole interval to learn of us).
+func (d *discoverer) publishAdverts(ctx context.Context) {
+	t := time.NewTicker(advertCheck)
+	defer t.Stop()
+	var last protocol.CapabilityAssertion
+	var lastAt time.Time
+	peers := 0
+	var soon time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if n := len(d.h.Network().Peers()); n > peers {
+				soon = now.Add(1500 * time.Millisecond) // after a gossipsub heartbeat has grafted it
+				peers = n
+			} else {
+				peers = n
+			}
+			signed, a, err := d.eng.Advert()
+			if err != nil {
+				d.log.Warn("advert", "err", err)
+				continue
+			}
+			changed := a.Capacity != last.Capacity || !slices.Equal(profileNamesOf(a), profileNamesOf(last))
+			due := now.Sub(lastAt) >= d.cfg.AdvertInterval.Std() || (!soon.IsZero() && !now.Before(soon))
+			if !changed && !due {
+				continue
+			}
+			if err := d.gossip.Publish(ctx, signed); err != nil {
+				d.log.Debug("publish advert", "err", err)
+				continue
+			}
+			last, lastAt, soon = a, now, time.Time{}
+		}
+	}
+}
+
+// providers lists peers that offer profile: known ones first, then, when
+// none is known and the DHT is on, those the DHT names (connected and
+// asked before they are returned).
+func (d *discoverer) providers(ctx context.Context, profile string) []peer.ID {
+	var out []peer.ID
+	for p, k := range d.eng.KnownCapabilities() {
+		if slices.ContainsFunc(k.Assertion.Profiles, func(x protocol.Profile) bool { return x.Name == profile }) && !d.gate.denied(p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) > 0 || d.dht == nil {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hints, err := d.dht.FindProviders(ctx, profile, 8)
+	if err != nil {
+		d.log.Debug("dht find providers", "profile", profile, "err", err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, x := range hints {
+		if x.ID == d.h.ID() || d.gate.denied(x.ID) {
+			continue
+		}
+		d.hint(ctx, x)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.h.Connect(ctx, x.AddrInfo()); err != nil {
+				return
+			}
+			if _, err := d.eng.QueryCapabilities(ctx, x.ID); err == nil {
+				mu.Lock()
+				out = append(out, x.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// sourcesOf returns the sources that named p, this run and before.
+func (d *discoverer) sourcesOf(p peer.ID, stored []string) []string {
+	set := map[string]bool{}
+	for _, s := range stored {
+		set[s] = true
+	}
+	d.mu.Lock()
+	for s := range d.sources[p] {
+		set[string(s)] = true
+	}
+	d.mu.Unlock()
+	return slices.Sorted(maps.Keys(set))
+}
+
+func (d *discoverer) lastHeard(p peer.ID) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var t time.Time
+	for _, at := range d.sources[p] {
+		if at.After(t) {
+			t = at
+		}
+	}
+	return t
+}
+
+func (n *Node) discoverer() *discoverer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.disc
+}
+
+// handleDiscovery serves GET /discovery[?profile=NAME].
 func (n *Node) handleDiscovery(w http.ResponseWriter, r *http.Request) {
-	http.Error(w, "not yet", http.StatusNotImplemented)
+	d := n.discoverer()
+	profile := r.URL.Query().Get("profile")
+	if profile != "" {
+		if err := protocol.CheckProfileName(profile); err != nil {
+			writeErr(w, http.StatusBadRequest, err)
+			return
+		}
+	}
+	var providers map[peer.ID]bool
+	if profile != "" {
+		providers = map[peer.ID]bool{}
+		for _, p := range d.providers(r.Context(), profile) {
+			providers[p] = true
+		}
+	}
+	stored, err := d.st.ListPeers()
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	known := d.eng.KnownCapabilities()
+	byID := map[peer.ID]store.Peer{}
+	for _, p := range stored {
+		byID[p.ID] = p
+	}
+	for p := range known {
+		if _, ok := byID[p]; !ok {
+			byID[p] = store.Peer{ID: p}
+		}
+	}
+	out := api.Discovery{
+		Peers: []api.DiscoveredPeer{}, Dropped: d.counters.Snapshot(), Rejected: d.eng.CapabilityRejections(),
+	}
+	if d.dht != nil {
+		out.DHTMode = d.dht.Mode()
+	}
+	for _, id := range slices.SortedFunc(maps.Keys(byID), func(a, b peer.ID) int { return strings.Compare(a.String(), b.String()) }) {
+		if id == d.h.ID() {
+			continue
+		}
+		p := byID[id]
+		if providers != nil && !providers[id] {
+			continue
+		}
+		e := api.DiscoveredPeer{
+			ID: id.String(), Sources: d.sourcesOf(id, p.Sources), Addrs: p.Addrs, Trust: p.Trust.String(),
+			Access: p.Access.String(), Connected: d.h.Network().Connectedness(id) == network.Connected,
+			Profiles: []string{}, LastSeen: p.LastSeen, Provider: providers[id],
+		}
+		if t := d.lastHeard(id); t.After(e.LastSeen) {
+			e.LastSeen = t
+		}
+		if k, ok := known[id]; ok {
+			e.Profiles = profileNamesOf(k.Assertion)
+			e.Capability = k.Source
+			e.Load = &api.Load{Active: k.Assertion.Capacity.Active, FreeSlots: k.Assertion.Capacity.FreeSlots}
+			e.Expires = k.Assertion.ExpiresAt
+			issued := k.Assertion.IssuedAt
+			e.Issued = &issued
+		}
+		if rtt := d.h.Peerstore().LatencyEWMA(id); rtt > 0 {
+			v := api.Duration(rtt)
+			e.RTT = &v
+		}
+		out.Peers = append(out.Peers, e)
+	}
+	writeJSON(w, http.StatusOK, out)
 }

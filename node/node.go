@@ -55,10 +55,13 @@ type Node struct {
 	host  host.Host
 	eng   *delegation.Engine
 	gater *gater
+	disc  *discoverer
 
 	gpuInv    gpu.Inventory
 	ledger    *gpu.Ledger
 	gpuReason string // why there is no ledger
+
+	nat natState // what runNAT learned, for kith status
 }
 
 // New checks the config and returns a node that Run will start. It does
@@ -159,13 +162,15 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	fnd := &finder{h: h, st: st}
 	inv, ledger, closeGPU, noGPU := openGPU(n.cfg.GPU)
 	defer closeGPU()
 	if ledger == nil {
 		n.log.Info("no GPU inventory; profiles that need VRAM will be refused", "reason", noGPU)
 	}
 	eng, err := delegation.New(delegation.Config{
-		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: &finder{h: h, st: st}, Ledger: ledger,
+		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: fnd, Ledger: ledger,
+		Latency:  h.Peerstore().LatencyEWMA,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
 		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
@@ -198,12 +203,18 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	}
 	api := &http.Server{Handler: n.apiHandler(), ReadHeaderTimeout: 10 * time.Second}
 
+	g, gctx := errgroup.WithContext(ctx)
+	disc, err := newDiscoverer(gctx, n, h, st, eng, gate)
+	if err != nil {
+		return err
+	}
+	fnd.disc = disc
+
 	n.mu.Lock()
-	n.id, n.st, n.host, n.eng, n.gater = id, st, h, eng, gate
+	n.id, n.st, n.host, n.eng, n.gater, n.disc = id, st, h, eng, gate, disc
 	n.gpuInv, n.ledger, n.gpuReason = inv, ledger, noGPU
 	n.mu.Unlock()
 
-	g, gctx := errgroup.WithContext(ctx)
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
@@ -222,6 +233,8 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	})
 	g.Go(func() error { n.connectStatic(gctx, h, st); return nil })
 	g.Go(func() error { n.maintain(gctx, st); return nil })
+	g.Go(func() error { disc.run(gctx, n); return nil })
+	g.Go(func() error { n.runNAT(gctx, h); return nil })
 	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath())
 	close(n.ready)
 
@@ -264,18 +277,29 @@ func listenSocket(path string) (net.Listener, error) {
 type hostDialer struct{ h host.Host }
 
 func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Stream, error) {
-	return d.h.NewStream(ctx, p, protocol.ID)
+	// A peer behind NAT may be reachable only through a relay (a limited
+	// connection); libp2p still opens new streams on a direct connection
+	// whenever there is one.
+	return d.h.NewStream(network.WithAllowLimitedConn(ctx, "kith delegation"), p, protocol.ID)
 }
 
-// finder offers every known peer that is not denied as a candidate.
+// finder offers as candidates every known peer that is not denied, and
+// the providers of the profile that discovery knows or finds in the DHT.
 type finder struct {
-	h  host.Host
-	st *store.Store
+	h    host.Host
+	st   *store.Store
+	disc *discoverer
 }
 
-func (f *finder) Candidates(context.Context, string) []peer.ID {
+func (f *finder) Candidates(ctx context.Context, profile string) []peer.ID {
 	seen := map[peer.ID]bool{}
 	var out []peer.ID
+	if f.disc != nil {
+		for _, p := range f.disc.providers(ctx, profile) {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
 	peers, _ := f.st.ListPeers()
 	for _, p := range peers {
 		if p.Access != store.AccessDeny && !seen[p.ID] {

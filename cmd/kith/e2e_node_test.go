@@ -12,10 +12,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,8 +102,8 @@ type testNode struct {
 }
 
 // newNode initializes a home under dir listening on loopback TCP and QUIC
-// with OS-chosen ports, and appends extraConfig (more [[profiles]]) to the
-// config.toml that init wrote.
+// with OS-chosen ports, and adds extraConfig to the config.toml that init
+// wrote (see mergeConfig).
 func newNode(t *testing.T, dir, name, extraConfig string) *testNode {
 	t.Helper()
 	n := &testNode{t: t, name: name, home: filepath.Join(dir, name), log: filepath.Join(dir, name+".log")}
@@ -111,29 +111,49 @@ func newNode(t *testing.T, dir, name, extraConfig string) *testNode {
 	r.mustSucceed(t)
 	n.id = strings.TrimSpace(r.stdout)
 	// Nodes on the host network must not multicast out of the machine
-	// (mDNS) or ask the host's router for port mappings (UPnP). A test
-	// that sets these tables itself passes them in extraConfig.
-	if !strings.Contains(extraConfig, "[discovery]") {
+	// (mDNS) or ask the host's router for port mappings (UPnP); a test
+	// that wants otherwise says so in extraConfig.
+	if !regexp.MustCompile(`(?m)^mdns\s*=`).MatchString(extraConfig) {
 		extraConfig += "\n[discovery]\nmdns = false\n"
 	}
-	if !strings.Contains(extraConfig, "[nat]") {
+	if !regexp.MustCompile(`(?m)^port_mapping\s*=`).MatchString(extraConfig) {
 		extraConfig += "\n[nat]\nport_mapping = false\n"
 	}
-	if extraConfig != "" {
-		f, err := os.OpenFile(filepath.Join(n.home, "config.toml"), os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.WriteString(f, "\n"+extraConfig)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	path := filepath.Join(n.home, "config.toml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(mergeConfig(string(b), extraConfig)), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(n.cleanup)
 	return n
+}
+
+// mergeConfig adds extra to a config file: keys under a [table] header the
+// file already has go right below that header (TOML forbids a table
+// twice); everything else is appended.
+func mergeConfig(file, extra string) string {
+	header := regexp.MustCompile(`^\[[a-z_]+\]\s*$`)
+	var tail []string
+	lines := strings.Split(extra, "\n")
+	for i := 0; i < len(lines); i++ {
+		h := strings.TrimSpace(lines[i])
+		at := strings.Index(file, "\n"+h+"\n")
+		if !header.MatchString(h) || at < 0 {
+			tail = append(tail, lines[i])
+			continue
+		}
+		var body []string
+		for i+1 < len(lines) && !strings.HasPrefix(strings.TrimSpace(lines[i+1]), "[") {
+			i++
+			body = append(body, lines[i])
+		}
+		at += len(h) + 2
+		file = file[:at] + strings.Join(body, "\n") + "\n" + file[at:]
+	}
+	return file + "\n" + strings.Join(tail, "\n")
 }
 
 // start runs "kith daemon" with args, waits until it answers on its

@@ -1,0 +1,480 @@
+package discovery
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	kaddht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	p2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/multiformats/go-multihash"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol"
+)
+
+// DHT modes, as named in the config.
+const (
+	// DHTModeAuto answers DHT queries once AutoNAT finds the node publicly
+	// reachable, and only asks before that.
+	DHTModeAuto = "auto"
+	// DHTModeServer always answers DHT queries and stores provider records.
+	// In a home lab where every node is behind NAT no node ever becomes
+	// reachable, so "auto" would leave the DHT with no server at all: make
+	// at least one node (one the others can dial) a server.
+	DHTModeServer = "server"
+	// DHTModeClient only asks: other nodes never put it in their routing
+	// tables or send it queries.
+	DHTModeClient = "client"
+)
+
+// DHTProtocolPrefix is the prefix of the private DHT's protocol IDs: it
+// speaks /kith/kad/1.0.0, so it never mixes with the public IPFS DHT.
+const DHTProtocolPrefix = "/kith"
+
+// kadProtocol is the one protocol the DHT speaks, and the stream handler a
+// server registers.
+const kadProtocol = p2pprotocol.ID(DHTProtocolPrefix + "/kad/1.0.0")
+
+// DefaultReprovideInterval is how often the local profiles are advertised
+// again. Provider records live 48 hours on the nodes that store them, so
+// this leaves room for several failed rounds before any record expires.
+const DefaultReprovideInterval = 12 * time.Hour
+
+const (
+	// maxReprovideInterval: provider records expire after this long
+	// (kad-dht's ProvideValidity), so re-advertising any slower lets them
+	// lapse.
+	maxReprovideInterval = 48 * time.Hour
+	// profileCheckInterval is how often Run asks whether the local profiles
+	// changed.
+	profileCheckInterval = time.Minute
+	// advertiseRetry is how soon Run tries again after a round that failed,
+	// e.g. because the routing table was still empty.
+	advertiseRetry = 30 * time.Second
+	// advertiseTimeout bounds one round of provider puts.
+	advertiseTimeout = 2 * time.Minute
+	// defaultFindLimit is FindProviders' limit when the caller gives none:
+	// one Kademlia bucket.
+	defaultFindLimit = 20
+	// maxHintAddrs caps the addresses kept from one provider record; a DHT
+	// server chooses what it returns, and a hint needs only a few.
+	maxHintAddrs = 32
+	// routingTableWait bounds how long Bootstrap waits for a freshly
+	// connected DHT server to enter the routing table before refreshing.
+	routingTableWait = 5 * time.Second
+)
+
+// Errors returned by the DHT.
+var (
+	// ErrDHTConfig: a DHTConfig field is out of range.
+	ErrDHTConfig = errors.New("discovery: invalid DHT config")
+	// ErrNoDHTPeers: after Bootstrap the routing table is still empty, so
+	// nothing can be advertised or found yet.
+	ErrNoDHTPeers = errors.New("discovery: no DHT server reachable")
+)
+
+// DHTConfig configures the private Kademlia DHT.
+type DHTConfig struct {
+	// Mode is DHTModeAuto (the default when empty), DHTModeServer or
+	// DHTModeClient.
+	Mode string
+	// Logger receives debug logs; nil discards them.
+	Logger *slog.Logger
+	// Counters counts provider records dropped as malformed, under
+	// "dht/<reason>"; nil keeps a private set.
+	Counters *Counters
+	// ReprovideInterval is how often Run advertises the local profiles
+	// again. Zero means DefaultReprovideInterval; it must stay under the 48
+	// hours a provider record lives.
+	ReprovideInterval time.Duration
+
+	// Tests only.
+	profileCheck time.Duration  // Run's profile check interval; zero means profileCheckInterval
+	kadOptions   []kaddht.Option // appended to the kad-dht options
+}
+
+// DHT is the private Kademlia DHT: one provider record per local profile,
+// and provider lookups for profiles no other source listed. Everything it
+// returns is a Hint.
+type DHT struct {
+	h            host.Host
+	kad          *kaddht.IpfsDHT
+	log          *slog.Logger
+	counters     *Counters
+	reprovide    time.Duration
+	profileCheck time.Duration
+
+	mu        sync.Mutex
+	bootstrap map[peer.ID]peer.AddrInfo // every peer Bootstrap was given
+}
+
+// ProfileKey is the DHT key under which providers of the profile name are
+// recorded: a raw CIDv1 of SHA-256("kith/profile/" + name).
+func ProfileKey(name string) cid.Cid {
+	sum := sha256.Sum256([]byte("kith/profile/" + name))
+	mh, err := multihash.Encode(sum[:], multihash.SHA2_256)
+	if err != nil {
+		// Encoding a 32-byte SHA-256 digest cannot fail.
+		panic("discovery: multihash of a sha256 digest: " + err.Error())
+	}
+	return cid.NewCidV1(cid.Raw, mh)
+}
+
+// NewDHT starts a kad-dht node on h with the /kith protocol prefix, provider
+// records only (no values), in cfg.Mode. It dials nobody until Bootstrap.
+//
+// With the /kith prefix kad-dht applies no routing-table or query filters
+// (those exist for the public /ipfs DHT), so LAN and loopback addresses
+// count: that is what a home lab needs.
+func NewDHT(ctx context.Context, h host.Host, cfg DHTConfig) (*DHT, error) {
+	var mode kaddht.ModeOpt
+	switch cfg.Mode {
+	case "", DHTModeAuto:
+		mode = kaddht.ModeAuto
+	case DHTModeServer:
+		mode = kaddht.ModeServer
+	case DHTModeClient:
+		mode = kaddht.ModeClient
+	default:
+		return nil, fmt.Errorf("%w: mode %q; want %q, %q or %q", ErrDHTConfig, cfg.Mode, DHTModeAuto, DHTModeServer, DHTModeClient)
+	}
+	reprovide := cfg.ReprovideInterval
+	if reprovide == 0 {
+		reprovide = DefaultReprovideInterval
+	}
+	if reprovide < 0 || reprovide >= maxReprovideInterval {
+		return nil, fmt.Errorf("%w: reprovide interval %v; want above 0 and under %v", ErrDHTConfig, reprovide, maxReprovideInterval)
+	}
+	d := &DHT{
+		h:            h,
+		log:          cfg.Logger,
+		counters:     cfg.Counters,
+		reprovide:    reprovide,
+		profileCheck: cfg.profileCheck,
+		bootstrap:    map[peer.ID]peer.AddrInfo{},
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	d.log = d.log.With("component", "dht")
+	if d.counters == nil {
+		d.counters = &Counters{}
+	}
+	if d.profileCheck <= 0 {
+		d.profileCheck = profileCheckInterval
+	}
+	opts := []kaddht.Option{
+		kaddht.ProtocolPrefix(DHTProtocolPrefix),
+		kaddht.Mode(mode),
+		kaddht.DisableValues(),
+		// When the routing table empties, kad-dht redials these.
+		kaddht.BootstrapPeersFunc(d.bootstrapPeers),
+	}
+	kad, err := kaddht.New(ctx, h, append(opts, cfg.kadOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("discovery: start DHT: %w", err)
+	}
+	d.kad = kad
+	return d, nil
+}
+
+// Close stops the DHT. Cancel Run's context first.
+func (d *DHT) Close() error {
+	if err := d.kad.Close(); err != nil {
+		return fmt.Errorf("discovery: close DHT: %w", err)
+	}
+	return nil
+}
+
+// Mode is the mode the DHT is in now: DHTModeServer while it answers
+// queries, DHTModeClient otherwise. In DHTModeAuto it changes with the
+// node's reachability.
+func (d *DHT) Mode() string {
+	if slices.Contains(d.h.Mux().Protocols(), kadProtocol) {
+		return DHTModeServer
+	}
+	return DHTModeClient
+}
+
+func (d *DHT) bootstrapPeers() []peer.AddrInfo {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]peer.AddrInfo, 0, len(d.bootstrap))
+	for _, ai := range d.bootstrap {
+		out = append(out, ai)
+	}
+	return out
+}
+
+// Bootstrap connects to the peers it is not yet connected to, waits
+// (briefly) for those that are DHT servers to enter the routing table, and
+// refreshes the routing table. Call it again whenever a source finds new
+// peers: static peers, DNS-SD and mDNS finds. The peers are also kept as
+// the fallback kad-dht redials when its routing table runs empty.
+//
+// It returns an error wrapping ErrNoDHTPeers, with the dial errors, only
+// when the routing table is still empty at the end.
+func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
+	var dial []peer.AddrInfo
+	d.mu.Lock()
+	for _, ai := range peers {
+		if ai.ID == d.h.ID() || ai.ID.Validate() != nil {
+			continue
+		}
+		old := d.bootstrap[ai.ID]
+		d.bootstrap[ai.ID] = peer.AddrInfo{ID: ai.ID, Addrs: mergeAddrs(old.Addrs, ai.Addrs)}
+		dial = append(dial, ai)
+	}
+	d.mu.Unlock()
+
+	var (
+		wg   sync.WaitGroup
+		emu  sync.Mutex
+		errs []error
+	)
+	for _, ai := range dial {
+		if d.h.Network().Connectedness(ai.ID) == network.Connected {
+			continue
+		}
+		wg.Go(func() {
+			// Connect returns once identify has run, so the peerstore
+			// knows whether ai speaks the DHT protocol.
+			if err := d.h.Connect(ctx, ai); err != nil {
+				d.log.Debug("bootstrap peer unreachable", "peer", ai.ID, "error", err)
+				emu.Lock()
+				errs = append(errs, fmt.Errorf("dial %s: %w", ai.ID, err))
+				emu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	d.waitRoutingTable(ctx, dial)
+	if d.kad.RoutingTable().Size() == 0 {
+		for _, ai := range dial {
+			protos, _ := d.h.Peerstore().GetProtocols(ai.ID)
+			println("DBG", d.h.Network().Connectedness(ai.ID).String(), len(protos), fmt.Sprint(protos))
+		}
+		if len(errs) == 0 {
+			return ErrNoDHTPeers
+		}
+		return fmt.Errorf("%w: %w", ErrNoDHTPeers, errors.Join(errs...))
+	}
+	select {
+	case err := <-d.kad.RefreshRoutingTable():
+		if err != nil {
+			// Some bucket refresh found no peer; common in a small mesh.
+			d.log.Debug("routing table refresh incomplete", "error", err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// waitRoutingTable waits until one of peers that is a DHT server is in the
+// routing table, up to routingTableWait. kad-dht adds a connected server
+// only after it answered a FIND_NODE, asynchronously; a refresh started
+// before that would run on an empty table and do nothing.
+func (d *DHT) waitRoutingTable(ctx context.Context, peers []peer.AddrInfo) {
+	var servers []peer.ID
+	for _, ai := range peers {
+		if ok, _ := d.h.Peerstore().SupportsProtocols(ai.ID, kadProtocol); len(ok) > 0 {
+			servers = append(servers, ai.ID)
+		}
+	}
+	if len(servers) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, routingTableWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	rt := d.kad.RoutingTable()
+	for {
+		for _, p := range servers {
+			if rt.Find(p) != "" {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Advertise puts a provider record for each profile now, on the DHT
+// servers closest to its ProfileKey. It returns every failure, joined; a
+// profile whose name protocol.CheckProfileName refuses is not advertised.
+func (d *DHT) Advertise(ctx context.Context, profiles []string) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, name := range normalizeProfiles(profiles) {
+		if err := protocol.CheckProfileName(name); err != nil {
+			errs = append(errs, fmt.Errorf("discovery: advertise %q: %w", name, err))
+			continue
+		}
+		wg.Go(func() {
+			if err := d.kad.Provide(ctx, ProfileKey(name), true); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("discovery: advertise %q: %w", name, err))
+				mu.Unlock()
+				return
+			}
+			d.log.Debug("profile advertised", "profile", name)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Run advertises profiles() at once, again every ReprovideInterval (30
+// seconds after a round that failed), and whenever profiles() changes,
+// which it checks every minute. A profile that is dropped is no longer
+// re-advertised; its records lapse within 48 hours, and nobody trusts them
+// anyway until the node's signed capability assertion says so. Run returns
+// when ctx ends.
+func (d *DHT) Run(ctx context.Context, profiles func() []string) {
+	current := normalizeProfiles(profiles())
+	next := time.NewTimer(0)
+	defer next.Stop()
+	check := time.NewTicker(d.profileCheck)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-check.C:
+			now := normalizeProfiles(profiles())
+			if slices.Equal(now, current) {
+				continue
+			}
+			current = now
+			d.log.Debug("profiles changed", "profiles", current)
+			next.Reset(0)
+		case <-next.C:
+			wait := d.reprovide
+			if err := d.advertiseRound(ctx, current); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				d.log.Debug("advertise round failed", "error", err)
+				wait = min(wait, advertiseRetry)
+			}
+			next.Reset(wait)
+		}
+	}
+}
+
+func (d *DHT) advertiseRound(ctx context.Context, profiles []string) error {
+	if len(profiles) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, advertiseTimeout)
+	defer cancel()
+	return d.Advertise(ctx, profiles)
+}
+
+// FindProviders looks up providers of profile until it has limit of them
+// (20 when limit is 0 or less), the lookup ends, or ctx ends. Providers come
+// back as Hints from SourceDHT naming the profile; the local node is never
+// one of them. Provider records with a peer ID that cannot be a kith node
+// are dropped and counted under "dht/malformed". The error is non-nil only
+// for an invalid profile name, or when ctx ended before any provider was
+// found.
+func (d *DHT) FindProviders(ctx context.Context, profile string, limit int) ([]Hint, error) {
+	if err := protocol.CheckProfileName(profile); err != nil {
+		return nil, fmt.Errorf("discovery: find providers: %w", err)
+	}
+	if limit <= 0 {
+		limit = defaultFindLimit
+	}
+	lookup, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Count 0 lets the lookup run on past records we drop; it is cancelled
+	// as soon as limit good ones are in.
+	found := d.kad.FindProvidersAsync(lookup, ProfileKey(profile), 0)
+	var hints []Hint
+	for ai := range found {
+		if ai.ID == d.h.ID() {
+			continue
+		}
+		h, err := providerHint(ai, profile)
+		if err != nil {
+			d.counters.Drop(d.log, SourceDHT, "malformed", "profile", profile, "error", err)
+			continue
+		}
+		hints = append(hints, h)
+		if len(hints) >= limit {
+			break
+		}
+	}
+	cancel()
+	// Drain, so the lookup goroutine has ended when we return.
+	for range found {
+	}
+	if len(hints) == 0 && ctx.Err() != nil {
+		return nil, fmt.Errorf("discovery: find providers of %q: %w", profile, ctx.Err())
+	}
+	return hints, nil
+}
+
+// providerHint turns a provider record into a Hint. A record is only as
+// good as the DHT server that returned it: kad-dht does not check the peer
+// IDs in answers, so this does. Kith peer IDs embed Ed25519 keys; no other
+// ID can sign a capability assertion. A record with no addresses is fine:
+// the peerstore may know some, and a dial can look the peer up.
+func providerHint(ai peer.AddrInfo, profile string) (Hint, error) {
+	if err := ai.ID.Validate(); err != nil {
+		return Hint{}, fmt.Errorf("provider peer ID: %w", err)
+	}
+	if _, err := crypto.Ed25519FromPeerID(ai.ID); err != nil {
+		return Hint{}, fmt.Errorf("provider %s: %w", ai.ID, err)
+	}
+	var addrs []ma.Multiaddr
+	for _, a := range ai.Addrs {
+		if a == nil || len(a) == 0 {
+			continue
+		}
+		if len(addrs) == maxHintAddrs {
+			break
+		}
+		addrs = append(addrs, a)
+	}
+	return Hint{ID: ai.ID, Addrs: addrs, Source: SourceDHT, Profiles: []string{profile}}, nil
+}
+
+// normalizeProfiles sorts and deduplicates profile names, so that two
+// lists can be compared.
+func normalizeProfiles(profiles []string) []string {
+	out := slices.Clone(profiles)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// mergeAddrs returns a followed by the addresses of b not in a.
+func mergeAddrs(a, b []ma.Multiaddr) []ma.Multiaddr {
+	out := slices.Clone(a)
+	for _, x := range b {
+		if !slices.ContainsFunc(out, x.Equal) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
