@@ -104,7 +104,7 @@ func (d *discoverer) run(ctx context.Context, n *Node) {
 		}
 	}
 	if len(d.cfg.DNSSDDomains) > 0 {
-		// d.goRun(func() { n.runDNSSD(ctx, d.cfg, d.hint, &d.counters) }) // DNSSD-HOOK
+		d.goRun(func() { n.runDNSSD(ctx, d.cfg, d.hint, &d.counters) })
 	}
 	if d.dht != nil {
 		d.goRun(func() { d.bootstrapDHT(ctx) })

@@ -1,0 +1,986 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/miekg/dns"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// Lookup limits: a hostile or broken zone costs a bounded number of
+// queries and yields a bounded number of hints. DNSSD's doc quotes them.
+const (
+	dnssdMaxInstances = 64  // PTR targets followed
+	dnssdMaxRecords   = 64  // records of one type at one name
+	dnssdMaxSRV       = 4   // SRV records followed per instance
+	dnssdMaxPeers     = 64  // peers one lookup returns
+	dnssdMaxAddrs     = 32  // addresses per peer
+	dnssdMaxDepth     = 3   // /dnsaddr/ hops below _dnsaddr.D
+	dnssdMaxQueries   = 400 // queries one lookup may send
+	dnssdMaxCNAME     = 8   // CNAME links followed inside one answer
+	dnssdUDPSize      = 4096
+	dnssdTimeout      = 5 * time.Second
+	dnssdDefaultTTL   = 300
+)
+
+const dnsaddrPrefix = "_dnsaddr."
+
+// Sentinel errors of Lookup.
+var (
+	// ErrResolver: the DNS server could not be asked, or refused to answer.
+	ErrResolver = errors.New("discovery: dnssd: DNS server unavailable")
+	// ErrNoDomain: the DNS server says the domain does not exist.
+	ErrNoDomain = errors.New("discovery: dnssd: no such domain")
+)
+
+// DNSSDConfig configures NewDNSSD.
+type DNSSDConfig struct {
+	// Resolver is the DNS server asked, "host:port" (a bare IP address
+	// means port 53). "" is the first nameserver of /etc/resolv.conf,
+	// read again at every lookup.
+	Resolver string
+	// Timeout bounds each query; default 5s. A dead server fails a lookup
+	// after one Timeout.
+	Timeout  time.Duration
+	Logger   *slog.Logger
+	Counters *Counters
+}
+
+// DNSSD resolves the kith peers published under DNS domains (DNS-SD for
+// WAN discovery). It is safe for concurrent use.
+//
+// A domain D that a user owns names kith peers with these records
+// (ZoneRecords writes them, "kith dnssd records" prints them):
+//
+//	_kith-a2a._tcp.D.             PTR  <instance>._kith-a2a._tcp.D.
+//	<instance>._kith-a2a._tcp.D.  SRV  0 0 <tcp port> <host>.D.
+//	<instance>._kith-a2a._tcp.D.  TXT  "peer=<id>" "profiles=a,b"
+//	<host>.D.                     A    <ipv4>   (and AAAA <ipv6>)
+//	_dnsaddr.D.                   TXT  "dnsaddr=/ip4/<ip>/tcp/<port>/p2p/<id>"  (one record per multiaddr)
+//
+// The first four are standard DNS-SD (RFC 6763): any DNS-SD browser sees
+// the node. The _dnsaddr records are libp2p's dnsaddr convention and carry
+// every transport (QUIC, relay addresses), which SRV cannot.
+//
+// Lookup reads all of that and two more shapes people write by hand:
+//
+//   - SRV and TXT records placed directly at _kith-a2a._tcp.D. They are
+//     paired when that is unambiguous: the SRV records belong to the peer
+//     of the one kith TXT record there. With several peers' TXT records at
+//     the name, the SRV records cannot be attributed and are dropped
+//     ("unpaired_srv"); each TXT record's own dnsaddr= strings still count.
+//   - "dnsaddr=/dnsaddr/other.domain[/p2p/<id>]" strings under _dnsaddr,
+//     followed to _dnsaddr.other.domain, at most 3 hops deep.
+//     A /p2p/<id> suffix keeps only that peer's addresses.
+//
+// Everything found is a hint: a peer counts only once its signed
+// capability assertion verifies. Bad records never fail a lookup; each is
+// dropped, counted under "dnssd/<reason>" and logged at debug level:
+//
+//	bad_txt       a TXT record that ParseTXT rejects
+//	no_txt        a DNS-SD instance without a TXT record (no peer ID)
+//	bad_ptr       a PTR record naming something not directly under _kith-a2a._tcp.D
+//	srv_nowhere   an SRV record whose target has no usable A/AAAA record, or port 0
+//	unpaired_srv  an SRV record at the service name that belongs to no single peer
+//	bad_dnsaddr   a dnsaddr= string that is not a multiaddr, lacks /p2p/<id>,
+//	              or names another peer than the /dnsaddr/…/p2p/<id> leading to it
+//	too_deep      /dnsaddr/ indirection deeper than 3 hops, or a loop
+//	too_many      beyond a cap: 64 instances, 64 records of a type at a name,
+//	              4 SRV records an instance, 64 peers, 32 addresses a peer,
+//	              400 queries a lookup
+//	dns_error     a follow-up query (instance, target, /dnsaddr/ name) that failed
+//	no_addrs      a peer named with no address at all
+//
+// Lookup returns an error only when the DNS server cannot be asked (no
+// answer within the timeout, connection refused, SERVFAIL or REFUSED to
+// the queries at the domain itself: ErrResolver) or the domain does not
+// exist (ErrNoDomain).
+type DNSSD struct {
+	resolver   string // "" = /etc/resolv.conf
+	resolvConf string
+	timeout    time.Duration
+	log        *slog.Logger
+	counters   *Counters
+}
+
+// NewDNSSD checks cfg and returns a resolver. It does no I/O.
+func NewDNSSD(cfg DNSSDConfig) (*DNSSD, error) {
+	r := &DNSSD{resolvConf: "/etc/resolv.conf", timeout: cfg.Timeout, log: cfg.Logger, counters: cfg.Counters}
+	if r.timeout <= 0 {
+		r.timeout = dnssdTimeout
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if r.counters == nil {
+		r.counters = &Counters{}
+	}
+	if cfg.Resolver != "" {
+		addr, err := resolverAddr(cfg.Resolver)
+		if err != nil {
+			return nil, err
+		}
+		r.resolver = addr
+	}
+	return r, nil
+}
+
+// resolverAddr checks a "host:port" DNS server address; a bare IP address
+// gets port 53.
+func resolverAddr(s string) (string, error) {
+	if ip, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+		return net.JoinHostPort(ip.String(), "53"), nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", fmt.Errorf("discovery: dnssd resolver %q: want host:port or an IP address: %v", s, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "", fmt.Errorf("discovery: dnssd resolver %q: bad port %q", s, port)
+	}
+	if host == "" {
+		return "", fmt.Errorf("discovery: dnssd resolver %q: no host", s)
+	}
+	return s, nil
+}
+
+// server is the DNS server to ask now.
+func (r *DNSSD) server() (string, error) {
+	if r.resolver != "" {
+		return r.resolver, nil
+	}
+	return systemResolver(r.resolvConf)
+}
+
+// systemResolver returns the first nameserver of a resolv.conf file.
+func systemResolver(path string) (string, error) {
+	cc, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: system resolver: %v (set dnssd_resolver)", ErrResolver, err)
+	}
+	if len(cc.Servers) == 0 {
+		return "", fmt.Errorf("%w: no nameserver in %s (set dnssd_resolver)", ErrResolver, path)
+	}
+	// resolv.conf may scope an IPv6 server (fe80::1%eth0); JoinHostPort
+	// brackets it either way.
+	return net.JoinHostPort(cc.Servers[0], cc.Port), nil
+}
+
+// askFunc sends one query and returns the answer message, whatever its
+// rcode; an error means no usable answer came.
+type askFunc func(ctx context.Context, name string, qtype uint16) (*dns.Msg, error)
+
+// Lookup resolves the kith peers published under domain (see the record
+// layouts in DNSSD's doc) and returns one Hint per peer, with Source SourceDNSSD,
+// ordered by peer ID.
+func (r *DNSSD) Lookup(ctx context.Context, domain string) ([]Hint, error) {
+	d, err := canonicalDomain(domain)
+	if err != nil {
+		return nil, err
+	}
+	server, err := r.server()
+	if err != nil {
+		return nil, err
+	}
+	return r.lookup(ctx, d, server, func(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+		return r.exchange(ctx, server, name, qtype)
+	})
+}
+
+func canonicalDomain(domain string) (string, error) {
+	d := dns.CanonicalName(strings.TrimSpace(domain))
+	if _, ok := dns.IsDomainName(d); !ok || d == "." || strings.Contains(d, "..") {
+		return "", fmt.Errorf("discovery: dnssd: %q is not a domain name", domain)
+	}
+	return d, nil
+}
+
+// exchange asks server one question over UDP with EDNS0, again over TCP
+// when the answer is truncated, and again without EDNS0 when the server
+// does not understand it (FORMERR without an OPT record, RFC 6891 §7).
+func (r *DNSSD) exchange(ctx context.Context, server, name string, qtype uint16) (*dns.Msg, error) {
+	q := new(dns.Msg)
+	q.SetQuestion(name, qtype)
+	q.RecursionDesired = true
+	q.SetEdns0(dnssdUDPSize, false)
+	m, err := r.exchangeNet(ctx, "udp", server, q)
+	if err == nil && m.Rcode == dns.RcodeFormatError && m.IsEdns0() == nil {
+		q.Extra = nil
+		m, err = r.exchangeNet(ctx, "udp", server, q)
+	}
+	if err == nil && m.Truncated {
+		m, err = r.exchangeNet(ctx, "tcp", server, q)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: asking %s for %s %s: %w", ErrResolver, server, name, dns.TypeToString[qtype], err)
+	}
+	if len(m.Question) != 1 || m.Question[0].Qtype != qtype || !strings.EqualFold(m.Question[0].Name, name) {
+		return nil, fmt.Errorf("%w: %s answered another question than %s %s", ErrResolver, server, name, dns.TypeToString[qtype])
+	}
+	return m, nil
+}
+
+func (r *DNSSD) exchangeNet(parent context.Context, network, server string, q *dns.Msg) (*dns.Msg, error) {
+	ctx, cancel := context.WithTimeout(parent, r.timeout)
+	defer cancel()
+	c := &dns.Client{Net: network, Timeout: r.timeout}
+	conn, err := c.DialContext(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	// The client honours the context's deadline but not its cancellation:
+	// closing the connection ends a read at once when ctx ends.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	m, _, err := c.ExchangeWithConnContext(ctx, q, conn)
+	var ne net.Error
+	switch {
+	case err == nil:
+	case parent.Err() != nil:
+		err = fmt.Errorf("%w (%v)", parent.Err(), err)
+	case ctx.Err() != nil || errors.As(err, &ne) && ne.Timeout():
+		// The read deadline and the close above race to end the read;
+		// either way the server did not answer in time.
+		err = fmt.Errorf("no answer within %v (%v): %w", r.timeout, err, context.DeadlineExceeded)
+	}
+	return m, err
+}
+
+// lookup holds the state of one Lookup.
+type lookup struct {
+	r       *DNSSD
+	ask     askFunc
+	server  string // for messages
+	domain  string // canonical, with the trailing dot
+	queries int
+	spent   bool // the query budget ran out (counted once)
+
+	peers    map[peer.ID]*found
+	order    []peer.ID
+	hosts    map[string][]netip.Addr // SRV target -> addresses, per lookup
+	dnsaddrs map[string]bool         // "name want" pairs already followed
+}
+
+// found is what one lookup learned about a peer.
+type found struct {
+	addrs    []ma.Multiaddr
+	profiles []string
+	dropped  bool // an address source of this peer was dropped and counted
+	capped   bool
+}
+
+func (r *DNSSD) lookup(ctx context.Context, domain, server string, ask askFunc) ([]Hint, error) {
+	l := &lookup{r: r, ask: ask, server: server, domain: domain, peers: map[peer.ID]*found{}, hosts: map[string][]netip.Addr{}, dnsaddrs: map[string]bool{}}
+	svc := ServiceName + "." + domain
+
+	// The questions about the domain itself come first, so that a zone
+	// spending the query budget on instances cannot fail the lookup.
+	ptr, err := l.top(ctx, svc, dns.TypePTR)
+	if err != nil {
+		return nil, err
+	}
+	var srv, txt *dns.Msg
+	svcExists := ptr.Rcode == dns.RcodeSuccess
+	if svcExists {
+		if srv, err = l.top(ctx, svc, dns.TypeSRV); err != nil {
+			return nil, err
+		}
+		if txt, err = l.top(ctx, svc, dns.TypeTXT); err != nil {
+			return nil, err
+		}
+	}
+	name := dnsaddrPrefix + domain
+	da, err := l.top(ctx, name, dns.TypeTXT)
+	if err != nil {
+		return nil, err
+	}
+	if !svcExists && da.Rcode == dns.RcodeNameError {
+		soa, err := l.top(ctx, domain, dns.TypeSOA)
+		if err != nil {
+			return nil, err
+		}
+		if soa.Rcode == dns.RcodeNameError {
+			return nil, fmt.Errorf("%w: %s", ErrNoDomain, domain)
+		}
+	}
+
+	if svcExists {
+		for _, inst := range l.instances(ptr, svc) {
+			if err := l.instance(ctx, inst); err != nil {
+				return nil, err
+			}
+		}
+		if err := l.direct(ctx, svc, srv, txt); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.dnsaddr(ctx, name, da, "", 0, map[string]bool{name: true}); err != nil {
+		return nil, err
+	}
+	return l.hints(), nil
+}
+
+// drop counts and logs one dropped piece of input.
+func (l *lookup) drop(reason string, args ...any) {
+	l.r.counters.Drop(l.r.log, SourceDNSSD, reason, append([]any{"domain", l.domain}, args...)...)
+}
+
+// query sends one query within the lookup's budget.
+func (l *lookup) query(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+	if l.queries >= dnssdMaxQueries {
+		return nil, errBudget
+	}
+	l.queries++
+	return l.ask(ctx, name, qtype)
+}
+
+var errBudget = errors.New("query budget spent")
+
+// top asks one of the questions about the domain itself: any failure
+// there, or an rcode other than NOERROR and NXDOMAIN, fails the lookup.
+func (l *lookup) top(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+	m, err := l.query(ctx, name, qtype)
+	if err != nil {
+		return nil, err
+	}
+	if m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError {
+		return nil, fmt.Errorf("%w: %s answered %s to %s %s", ErrResolver, l.server, rcodeString(m.Rcode), name, dns.TypeToString[qtype])
+	}
+	return m, nil
+}
+
+// follow asks a follow-up question. A failure is dropped under dns_error
+// (or too_many, when the query budget is spent) and returns nil; only
+// the end of ctx is an error.
+func (l *lookup) follow(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+	m, err := l.query(ctx, name, qtype)
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, errBudget):
+		if !l.spent {
+			l.spent = true
+			l.drop("too_many", "name", name, "type", dns.TypeToString[qtype], "queries", dnssdMaxQueries)
+		}
+		return nil, nil
+	case err != nil:
+		l.drop("dns_error", "name", name, "type", dns.TypeToString[qtype], "err", err)
+		return nil, nil
+	case m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError:
+		l.drop("dns_error", "name", name, "type", dns.TypeToString[qtype], "rcode", rcodeString(m.Rcode))
+		return nil, nil
+	}
+	return m, nil
+}
+
+func rcodeString(rc int) string {
+	if s, ok := dns.RcodeToString[rc]; ok {
+		return s
+	}
+	return "rcode " + strconv.Itoa(rc)
+}
+
+// answers returns the records of type qtype at name in m's answer
+// section, following a CNAME chain inside the answer, at most
+// dnssdMaxRecords of them (the rest counted as too_many).
+func (l *lookup) answers(m *dns.Msg, name string, qtype uint16) []dns.RR {
+	if m == nil {
+		return nil
+	}
+	target := name
+	for range dnssdMaxCNAME {
+		var out []dns.RR
+		next := ""
+		for _, rr := range m.Answer {
+			h := rr.Header()
+			if !strings.EqualFold(h.Name, target) {
+				continue
+			}
+			if h.Rrtype == qtype {
+				out = append(out, rr)
+			} else if c, ok := rr.(*dns.CNAME); ok && next == "" {
+				next = c.Target
+			}
+		}
+		if len(out) > dnssdMaxRecords {
+			l.drop("too_many", "name", name, "type", dns.TypeToString[qtype], "records", len(out))
+			out = out[:dnssdMaxRecords]
+		}
+		if len(out) > 0 || next == "" {
+			return out
+		}
+		target = next
+	}
+	return nil
+}
+
+// instances returns the DNS-SD instance names the PTR answer lists.
+func (l *lookup) instances(m *dns.Msg, svc string) []string {
+	var out []string
+	for _, rr := range l.answers(m, svc, dns.TypePTR) {
+		p, ok := rr.(*dns.PTR)
+		if !ok {
+			continue
+		}
+		inst := dns.CanonicalName(p.Ptr)
+		if _, ok := dns.IsDomainName(inst); !ok || dns.CountLabel(inst) != dns.CountLabel(svc)+1 || !dns.IsSubDomain(svc, inst) {
+			l.drop("bad_ptr", "ptr", p.Ptr)
+			continue
+		}
+		if slices.Contains(out, inst) {
+			continue
+		}
+		if len(out) == dnssdMaxInstances {
+			l.drop("too_many", "ptr", p.Ptr, "instances", dnssdMaxInstances)
+			continue
+		}
+		out = append(out, inst)
+	}
+	return out
+}
+
+// instance resolves one DNS-SD instance: its TXT record names the peer,
+// its SRV records give host and port.
+func (l *lookup) instance(ctx context.Context, inst string) error {
+	txtMsg, err := l.follow(ctx, inst, dns.TypeTXT)
+	if err != nil || txtMsg == nil {
+		return err
+	}
+	var ss []string
+	for _, rr := range l.answers(txtMsg, inst, dns.TypeTXT) {
+		if t, ok := rr.(*dns.TXT); ok {
+			ss = append(ss, t.Txt...)
+		}
+	}
+	if len(ss) == 0 {
+		l.drop("no_txt", "instance", inst)
+		return nil
+	}
+	t, err := ParseTXT(ss)
+	if err != nil {
+		l.drop("bad_txt", "instance", inst, "err", err)
+		return nil
+	}
+	f := l.peer(t.Peer)
+	if f == nil {
+		return nil
+	}
+	l.addTXT(t.Peer, f, t)
+	srvMsg, err := l.follow(ctx, inst, dns.TypeSRV)
+	if err != nil {
+		return err
+	}
+	if srvMsg == nil {
+		f.dropped = true
+		return nil
+	}
+	srvs := l.answers(srvMsg, inst, dns.TypeSRV)
+	if len(srvs) > dnssdMaxSRV {
+		l.drop("too_many", "instance", inst, "srv", len(srvs))
+		srvs = srvs[:dnssdMaxSRV]
+	}
+	for _, rr := range srvs {
+		if err := l.srv(ctx, t.Peer, f, rr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// direct reads SRV and TXT records placed directly at the service name.
+func (l *lookup) direct(ctx context.Context, svc string, srvMsg, txtMsg *dns.Msg) error {
+	var ids []peer.ID
+	for _, rr := range l.answers(txtMsg, svc, dns.TypeTXT) {
+		rec, ok := rr.(*dns.TXT)
+		if !ok {
+			continue
+		}
+		t, err := ParseTXT(rec.Txt)
+		if err != nil {
+			l.drop("bad_txt", "name", svc, "err", err)
+			continue
+		}
+		if f := l.peer(t.Peer); f != nil {
+			l.addTXT(t.Peer, f, t)
+			if !slices.Contains(ids, t.Peer) {
+				ids = append(ids, t.Peer)
+			}
+		}
+	}
+	srvs := l.answers(srvMsg, svc, dns.TypeSRV)
+	if len(srvs) == 0 {
+		return nil
+	}
+	if len(ids) != 1 {
+		for _, rr := range srvs {
+			l.drop("unpaired_srv", "srv", rr.String(), "peers", len(ids))
+		}
+		return nil
+	}
+	if len(srvs) > dnssdMaxSRV {
+		l.drop("too_many", "name", svc, "srv", len(srvs))
+		srvs = srvs[:dnssdMaxSRV]
+	}
+	f := l.peer(ids[0])
+	for _, rr := range srvs {
+		if err := l.srv(ctx, ids[0], f, rr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// srv adds the TCP addresses one SRV record leads to.
+func (l *lookup) srv(ctx context.Context, id peer.ID, f *found, rr dns.RR) error {
+	s, ok := rr.(*dns.SRV)
+	if !ok {
+		return nil
+	}
+	target := dns.CanonicalName(s.Target)
+	if s.Port == 0 || target == "." {
+		// RFC 2782: target "." says the service is not offered there.
+		l.drop("srv_nowhere", "peer", id, "srv", s.String())
+		f.dropped = true
+		return nil
+	}
+	ips, err := l.host(ctx, target)
+	if err != nil {
+		return err
+	}
+	if len(ips) == 0 {
+		l.drop("srv_nowhere", "peer", id, "srv", s.String())
+		f.dropped = true
+		return nil
+	}
+	for _, ip := range ips {
+		family := "ip4"
+		if ip.Is6() {
+			family = "ip6"
+		}
+		a, err := ma.NewMultiaddr("/" + family + "/" + ip.String() + "/tcp/" + strconv.Itoa(int(s.Port)))
+		if err != nil {
+			continue
+		}
+		l.addAddr(id, f, a)
+	}
+	return nil
+}
+
+// host returns the usable addresses of an SRV target (A and AAAA),
+// asked once per lookup.
+func (l *lookup) host(ctx context.Context, target string) ([]netip.Addr, error) {
+	if ips, ok := l.hosts[target]; ok {
+		return ips, nil
+	}
+	var ips []netip.Addr
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		m, err := l.follow(ctx, target, qtype)
+		if err != nil {
+			return nil, err
+		}
+		for _, rr := range l.answers(m, target, qtype) {
+			var ip net.IP
+			switch v := rr.(type) {
+			case *dns.A:
+				ip = v.A.To4()
+			case *dns.AAAA:
+				ip = v.AAAA.To16()
+			}
+			a, ok := netip.AddrFromSlice(ip)
+			if !ok || a.IsUnspecified() || a.IsMulticast() {
+				continue
+			}
+			if a = a.Unmap(); !slices.Contains(ips, a) {
+				ips = append(ips, a)
+			}
+		}
+	}
+	l.hosts[target] = ips
+	return ips, nil
+}
+
+// dnsaddr reads the dnsaddr= strings of the TXT records at name (answer
+// m), depth /dnsaddr/ hops below _dnsaddr.<domain>. want, when set, is
+// the only peer whose addresses count; path holds the names being
+// followed, to catch loops.
+func (l *lookup) dnsaddr(ctx context.Context, name string, m *dns.Msg, want peer.ID, depth int, path map[string]bool) error {
+	for _, rr := range l.answers(m, name, dns.TypeTXT) {
+		rec, ok := rr.(*dns.TXT)
+		if !ok {
+			continue
+		}
+		for _, s := range rec.Txt {
+			v, ok := strings.CutPrefix(s, txtAddr+"=")
+			if !ok {
+				continue // not ours
+			}
+			if err := l.dnsaddrString(ctx, name, v, want, depth, path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (l *lookup) dnsaddrString(ctx context.Context, name, v string, want peer.ID, depth int, path map[string]bool) error {
+	a, err := ma.NewMultiaddr(v)
+	if err != nil {
+		l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", err)
+		return nil
+	}
+	first, rest := ma.SplitFirst(a)
+	if first == nil {
+		l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "empty")
+		return nil
+	}
+	if first.Code() != ma.P_DNSADDR {
+		transport, last := ma.SplitLast(a)
+		if last == nil || last.Code() != ma.P_P2P || len(transport) == 0 {
+			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "want a multiaddr ending in /p2p/<peer id>")
+			return nil
+		}
+		id, err := peer.IDFromBytes(last.RawValue())
+		if err != nil {
+			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", err)
+			return nil
+		}
+		if want != "" && id != want {
+			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "names peer "+id.String()+", not "+want.String())
+			return nil
+		}
+		if f := l.peer(id); f != nil {
+			l.addAddr(id, f, transport)
+		}
+		return nil
+	}
+
+	// /dnsaddr/<host>[/p2p/<id>]: follow _dnsaddr.<host>.
+	next := want
+	if rest != nil {
+		c, more := ma.SplitFirst(rest)
+		var id peer.ID
+		if c != nil && c.Code() == ma.P_P2P {
+			id, err = peer.IDFromBytes(c.RawValue())
+		}
+		if c == nil || c.Code() != ma.P_P2P || len(more) > 0 || err != nil {
+			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "only /p2p/<peer id> may follow /dnsaddr/<host>")
+			return nil
+		}
+		if want != "" && id != want {
+			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "names peer "+id.String()+", not "+want.String())
+			return nil
+		}
+		next = id
+	}
+	child, err := canonicalDomain(first.Value())
+	if err != nil {
+		l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", err)
+		return nil
+	}
+	child = dnsaddrPrefix + child
+	if depth+1 > dnssdMaxDepth || path[child] {
+		l.drop("too_deep", "name", name, "dnsaddr", v, "depth", depth+1)
+		return nil
+	}
+	key := child + " " + next.String()
+	if l.dnsaddrs[key] {
+		return nil // already followed from elsewhere: nothing new there
+	}
+	l.dnsaddrs[key] = true
+	m, err := l.follow(ctx, child, dns.TypeTXT)
+	if err != nil || m == nil {
+		return err
+	}
+	path[child] = true
+	defer delete(path, child)
+	return l.dnsaddr(ctx, child, m, next, depth+1, path)
+}
+
+// peer returns the state of peer id, creating it; nil once the lookup
+// holds dnssdMaxPeers peers (the new one counted as too_many).
+func (l *lookup) peer(id peer.ID) *found {
+	if f, ok := l.peers[id]; ok {
+		return f
+	}
+	if len(l.peers) == dnssdMaxPeers {
+		l.drop("too_many", "peer", id, "peers", dnssdMaxPeers)
+		return nil
+	}
+	f := &found{}
+	l.peers[id] = f
+	l.order = append(l.order, id)
+	return f
+}
+
+func (l *lookup) addTXT(id peer.ID, f *found, t TXT) {
+	for _, p := range t.Profiles {
+		if !slices.Contains(f.profiles, p) {
+			f.profiles = append(f.profiles, p)
+		}
+	}
+	for _, a := range t.Addrs {
+		l.addAddr(id, f, a)
+	}
+}
+
+func (l *lookup) addAddr(id peer.ID, f *found, a ma.Multiaddr) {
+	if slices.ContainsFunc(f.addrs, a.Equal) {
+		return
+	}
+	if len(f.addrs) == dnssdMaxAddrs {
+		if !f.capped {
+			l.drop("too_many", "peer", id, "addrs", dnssdMaxAddrs)
+			f.capped = true
+		}
+		return
+	}
+	f.addrs = append(f.addrs, a)
+}
+
+// hints turns what was found into hints, ordered by peer ID.
+func (l *lookup) hints() []Hint {
+	ids := slices.Clone(l.order)
+	slices.Sort(ids)
+	var out []Hint
+	for _, id := range ids {
+		f := l.peers[id]
+		if len(f.addrs) == 0 {
+			if !f.dropped {
+				l.drop("no_addrs", "peer", id)
+			}
+			continue
+		}
+		out = append(out, Hint{ID: id, Addrs: f.addrs, Source: SourceDNSSD, Profiles: f.profiles})
+	}
+	return out
+}
+
+// Zone describes the records that publish one node under a domain.
+type Zone struct {
+	// Domain is the domain the records go under, e.g. "lab.example.org".
+	Domain string
+	// Instance is the DNS-SD instance name, one DNS label; default
+	// DefaultLabel(TXT.Peer).
+	Instance string
+	// Host is the host name the SRV record points to: one label under
+	// Domain, or an absolute name ending in "."; default
+	// DefaultLabel(TXT.Peer).
+	Host string
+	// TTL of every record, in seconds; default 300.
+	TTL uint32
+	// TXT is the node: its peer ID, profile names and the multiaddrs to
+	// publish (without /p2p/).
+	TXT TXT
+}
+
+// DefaultLabel is the DNS label a node's records use when none is given:
+// "kith-" and the last 8 characters of the peer ID, lowercased. (The first
+// ones are the same for every Ed25519 key: "12D3KooW".)
+func DefaultLabel(id peer.ID) string {
+	s := strings.ToLower(id.String())
+	return "kith-" + s[max(0, len(s)-8):]
+}
+
+// ZoneRecords returns the resource records, one zone-file line each with
+// absolute names, that publish z (the layout in DNSSD's doc): PTR,
+// then per TCP port an SRV record, the instance's TXT record (peer= and
+// profiles=), A/AAAA records of the host (the IPs of the /ip4|ip6/…/tcp/…
+// addresses), and one _dnsaddr TXT record per multiaddr. It fails on a
+// bad domain, instance or host name, or when there is no address.
+func ZoneRecords(z Zone) ([]string, error) {
+	d, err := canonicalDomain(z.Domain)
+	if err != nil {
+		return nil, err
+	}
+	if z.TXT.Peer == "" {
+		return nil, errors.New("discovery: dnssd records: no peer ID")
+	}
+	if len(z.TXT.Addrs) == 0 {
+		return nil, fmt.Errorf("discovery: dnssd records: peer %s has no address to publish", z.TXT.Peer)
+	}
+	inst := z.Instance
+	if inst == "" {
+		inst = DefaultLabel(z.TXT.Peer)
+	}
+	if len(inst) > 63 || inst == "" || strings.ContainsFunc(inst, func(r rune) bool { return r < ' ' || r == 0x7f || r == '.' }) {
+		return nil, fmt.Errorf("discovery: dnssd records: instance name %q: want 1 to 63 bytes, no dot or control character", inst)
+	}
+	hostName := z.Host
+	if hostName == "" {
+		hostName = DefaultLabel(z.TXT.Peer)
+	}
+	if strings.HasSuffix(hostName, ".") {
+		if _, ok := dns.IsDomainName(hostName); !ok || hostName == "." {
+			return nil, fmt.Errorf("discovery: dnssd records: host %q is not a domain name", z.Host)
+		}
+		hostName = dns.CanonicalName(hostName)
+	} else {
+		if !isHostLabel(hostName) {
+			return nil, fmt.Errorf("discovery: dnssd records: host %q: want one label of letters, digits and inner hyphens (or an absolute name ending in \".\")", hostName)
+		}
+		hostName = strings.ToLower(hostName) + "." + d
+	}
+	ttl := z.TTL
+	if ttl == 0 {
+		ttl = dnssdDefaultTTL
+	}
+	hdr := func(name string, t uint16) dns.RR_Header {
+		return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
+	}
+	svc := ServiceName + "." + d
+	instName := dns.Fqdn(escapeLabel(inst) + "." + svc)
+
+	var ports []uint16
+	var ips []netip.Addr
+	for _, a := range z.TXT.Addrs {
+		ip, port, ok := ipTCP(a)
+		if !ok {
+			continue
+		}
+		if !slices.Contains(ports, port) {
+			ports = append(ports, port)
+		}
+		if !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
+
+	rrs := []dns.RR{&dns.PTR{Hdr: hdr(svc, dns.TypePTR), Ptr: instName}}
+	for _, p := range ports {
+		rrs = append(rrs, &dns.SRV{Hdr: hdr(instName, dns.TypeSRV), Port: p, Target: hostName})
+	}
+	rrs = append(rrs, &dns.TXT{Hdr: hdr(instName, dns.TypeTXT), Txt: TXT{Peer: z.TXT.Peer, Profiles: z.TXT.Profiles}.Strings()})
+	for _, ip := range ips {
+		if ip.Is4() {
+			rrs = append(rrs, &dns.A{Hdr: hdr(hostName, dns.TypeA), A: ip.AsSlice()})
+		} else {
+			rrs = append(rrs, &dns.AAAA{Hdr: hdr(hostName, dns.TypeAAAA), AAAA: ip.AsSlice()})
+		}
+	}
+	p2p := "/p2p/" + z.TXT.Peer.String()
+	for _, a := range z.TXT.Addrs {
+		s := txtAddr + "=" + a.String() + p2p
+		if len(s) > maxTXTString {
+			return nil, fmt.Errorf("discovery: dnssd records: address %s is too long for a TXT string (%d bytes, at most %d)", a, len(s), maxTXTString)
+		}
+		rrs = append(rrs, &dns.TXT{Hdr: hdr(dnsaddrPrefix+d, dns.TypeTXT), Txt: []string{s}})
+	}
+	out := make([]string, len(rrs))
+	for i, rr := range rrs {
+		out[i] = rr.String()
+	}
+	return out, nil
+}
+
+// escapeLabel escapes what a zone file and miekg/dns treat as special in
+// a label.
+func escapeLabel(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '(' || c == ')' || c == ';' || c == '"' || c == '\\' || c == '@' || c == '$':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c > 0x7e:
+			fmt.Fprintf(&b, "\\%03d", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func isHostLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ipTCP reports whether a is exactly /ip4|ip6/<ip>/tcp/<port>, the kind of
+// address an SRV and an A/AAAA record can say.
+func ipTCP(a ma.Multiaddr) (netip.Addr, uint16, bool) {
+	if len(a) != 2 || a[1].Code() != ma.P_TCP || (a[0].Code() != ma.P_IP4 && a[0].Code() != ma.P_IP6) {
+		return netip.Addr{}, 0, false
+	}
+	ip, ok := netip.AddrFromSlice(a[0].RawValue())
+	port, err := strconv.ParseUint(a[1].Value(), 10, 16)
+	if !ok || err != nil || port == 0 {
+		return netip.Addr{}, 0, false
+	}
+	return ip.Unmap(), uint16(port), true
+}
+
+// PublishAddrs chooses, from a node's listen addresses (full multiaddrs
+// of peer id, as the daemon reports them), the ones to publish in DNS.
+// Without ips, loopback, link-local and unspecified addresses are left out
+// unless nothing else remains. With ips (a node behind port forwarding,
+// or with a public IP the host does not see), every /ip4|ip6/ address is
+// published once per IP in ips, with that IP in place of its own; relay
+// (/p2p-circuit) and DNS addresses are kept as they are.
+func PublishAddrs(id peer.ID, addrs []string, ips []netip.Addr) ([]ma.Multiaddr, error) {
+	var out, local []ma.Multiaddr
+	add := func(list *[]ma.Multiaddr, a ma.Multiaddr) {
+		if !slices.ContainsFunc(*list, a.Equal) {
+			*list = append(*list, a)
+		}
+	}
+	for _, s := range addrs {
+		a, err := PeerAddr(id, s)
+		if err != nil {
+			return nil, fmt.Errorf("discovery: the node's address %q: %w", s, err)
+		}
+		first, rest := ma.SplitFirst(a)
+		isIP := first.Code() == ma.P_IP4 || first.Code() == ma.P_IP6
+		circuit := slices.ContainsFunc(a, func(c ma.Component) bool { return c.Code() == ma.P_CIRCUIT })
+		switch {
+		case first.Code() == ma.P_IP6ZONE && !circuit:
+			add(&local, a) // link-local with its interface: meaningless elsewhere
+			continue
+		case !isIP || circuit:
+			add(&out, a)
+			continue
+		}
+		if len(ips) > 0 {
+			for _, ip := range ips {
+				family := "/ip4/"
+				if ip.Unmap().Is6() {
+					family = "/ip6/"
+				}
+				c, err := ma.NewMultiaddr(family + ip.Unmap().String())
+				if err != nil {
+					return nil, fmt.Errorf("discovery: IP %s: %w", ip, err)
+				}
+				add(&out, c.Encapsulate(rest))
+			}
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(first.RawValue())
+		if ip = ip.Unmap(); ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() {
+			add(&local, a)
+			continue
+		}
+		add(&out, a)
+	}
+	if len(out) == 0 {
+		out = local
+	}
+	return out, nil
+}
