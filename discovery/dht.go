@@ -70,6 +70,9 @@ const (
 	// maxHintAddrs caps the addresses kept from one provider record; a DHT
 	// server chooses what it returns, and a hint needs only a few.
 	maxHintAddrs = 32
+	// maxBootstrapPeers caps the fallback peers kept for kad-dht; the
+	// first ones given (static peers, stored peers) are the ones kept.
+	maxBootstrapPeers = 256
 	// routingTableWait bounds how long Bootstrap waits for a freshly
 	// connected DHT server to enter the routing table before refreshing.
 	routingTableWait = 5 * time.Second
@@ -100,7 +103,7 @@ type DHTConfig struct {
 	ReprovideInterval time.Duration
 
 	// Tests only.
-	profileCheck time.Duration  // Run's profile check interval; zero means profileCheckInterval
+	profileCheck time.Duration   // Run's profile check interval; zero means profileCheckInterval
 	kadOptions   []kaddht.Option // appended to the kad-dht options
 }
 
@@ -116,7 +119,7 @@ type DHT struct {
 	profileCheck time.Duration
 
 	mu        sync.Mutex
-	bootstrap map[peer.ID]peer.AddrInfo // every peer Bootstrap was given
+	bootstrap map[peer.ID]peer.AddrInfo // peers Bootstrap was given, up to maxBootstrapPeers
 }
 
 // ProfileKey is the DHT key under which providers of the profile name are
@@ -232,8 +235,9 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 		if ai.ID == d.h.ID() || ai.ID.Validate() != nil {
 			continue
 		}
-		old := d.bootstrap[ai.ID]
-		d.bootstrap[ai.ID] = peer.AddrInfo{ID: ai.ID, Addrs: mergeAddrs(old.Addrs, ai.Addrs)}
+		if old, ok := d.bootstrap[ai.ID]; ok || len(d.bootstrap) < maxBootstrapPeers {
+			d.bootstrap[ai.ID] = peer.AddrInfo{ID: ai.ID, Addrs: mergeAddrs(old.Addrs, ai.Addrs)}
+		}
 		dial = append(dial, ai)
 	}
 	d.mu.Unlock()
@@ -248,8 +252,6 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 			continue
 		}
 		wg.Go(func() {
-			// Connect returns once identify has run, so the peerstore
-			// knows whether ai speaks the DHT protocol.
 			if err := d.h.Connect(ctx, ai); err != nil {
 				d.log.Debug("bootstrap peer unreachable", "peer", ai.ID, "error", err)
 				emu.Lock()
@@ -262,10 +264,6 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 
 	d.waitRoutingTable(ctx, dial)
 	if d.kad.RoutingTable().Size() == 0 {
-		for _, ai := range dial {
-			protos, _ := d.h.Peerstore().GetProtocols(ai.ID)
-			println("DBG", d.h.Network().Connectedness(ai.ID).String(), len(protos), fmt.Sprint(protos))
-		}
 		if len(errs) == 0 {
 			return ErrNoDHTPeers
 		}
@@ -283,30 +281,36 @@ func (d *DHT) Bootstrap(ctx context.Context, peers []peer.AddrInfo) error {
 	return nil
 }
 
-// waitRoutingTable waits until one of peers that is a DHT server is in the
-// routing table, up to routingTableWait. kad-dht adds a connected server
-// only after it answered a FIND_NODE, asynchronously; a refresh started
-// before that would run on an empty table and do nothing.
+// waitRoutingTable waits, up to routingTableWait, until one of peers is
+// in the routing table or none can still get there. kad-dht adds a
+// connected peer only once identify has shown that it is a DHT server and
+// it has answered a FIND_NODE, asynchronously; a refresh started before
+// that would run on an empty table and do nothing. (Connect does not
+// always wait for identify: kad-dht may be dialling the same peer, as a
+// fallback bootstrap peer, and then Connect returns at once.)
 func (d *DHT) waitRoutingTable(ctx context.Context, peers []peer.AddrInfo) {
-	var servers []peer.ID
-	for _, ai := range peers {
-		if ok, _ := d.h.Peerstore().SupportsProtocols(ai.ID, kadProtocol); len(ok) > 0 {
-			servers = append(servers, ai.ID)
-		}
-	}
-	if len(servers) == 0 {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, routingTableWait)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	rt := d.kad.RoutingTable()
 	for {
-		for _, p := range servers {
-			if rt.Find(p) != "" {
+		pending := false
+		for _, ai := range peers {
+			if rt.Find(ai.ID) != "" {
 				return
 			}
+			if d.h.Network().Connectedness(ai.ID) != network.Connected {
+				continue
+			}
+			protos, err := d.h.Peerstore().GetProtocols(ai.ID)
+			// No protocols yet: identify has not finished.
+			if err == nil && (len(protos) == 0 || slices.Contains(protos, kadProtocol)) {
+				pending = true
+			}
+		}
+		if !pending {
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -420,6 +424,12 @@ func (d *DHT) FindProviders(ctx context.Context, profile string, limit int) ([]H
 			d.counters.Drop(d.log, SourceDHT, "malformed", "profile", profile, "error", err)
 			continue
 		}
+		// kad-dht reports a provider again when a later record has
+		// addresses and the first had none.
+		if i := slices.IndexFunc(hints, func(o Hint) bool { return o.ID == h.ID }); i >= 0 {
+			hints[i].Addrs = mergeAddrs(hints[i].Addrs, h.Addrs)
+			continue
+		}
 		hints = append(hints, h)
 		if len(hints) >= limit {
 			break
@@ -449,7 +459,7 @@ func providerHint(ai peer.AddrInfo, profile string) (Hint, error) {
 	}
 	var addrs []ma.Multiaddr
 	for _, a := range ai.Addrs {
-		if a == nil || len(a) == 0 {
+		if len(a) == 0 {
 			continue
 		}
 		if len(addrs) == maxHintAddrs {

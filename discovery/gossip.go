@@ -11,6 +11,7 @@ import (
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -21,9 +22,10 @@ import (
 // Topic is the gossipsub topic that carries capability adverts.
 const Topic = "/kith/capabilities/1"
 
-// maxGossipMessage caps one pubsub message: an advert plus room for the
-// pubsub envelope (author, sequence number, signature, topic). Smaller
-// than gossipsub's default 1 MiB, so kith nodes still interoperate.
+// maxGossipMessage caps one pubsub RPC: an advert plus room for the pubsub
+// envelope (author, sequence number, signature, topic). It is below
+// gossipsub's 1 MiB default, so keeping the default protocol IDs is safe:
+// no peer sends us more than it would send anyone.
 const maxGossipMessage = protocol.MaxAdvertSize + 4<<10
 
 // Reasons an advert is dropped, as counted under "gossip/<reason>".
@@ -80,8 +82,11 @@ type GossipConfig struct {
 	Counters *Counters
 	// Allowed reports whether a peer may take part; it is asked on every
 	// message, so a trust change applies at once. Adverts authored or
-	// forwarded by a peer it refuses are dropped, and gossipsub neither
-	// meshes with such a peer nor sends it anything. Nil allows everyone.
+	// forwarded by a peer it refuses are dropped and counted; gossipsub
+	// neither meshes nor gossips with such a peer and ignores its
+	// subscription, so it is sent no adverts either. (A peer denied after
+	// it subscribed stays subscribed until it reconnects, and a peer
+	// allowed again rejoins when it reconnects.) Nil allows everyone.
 	Allowed func(peer.ID) bool
 	// Now is the clock adverts are checked against; nil means time.Now.
 	Now func() time.Time
@@ -166,7 +171,18 @@ func NewGossip(ctx context.Context, h host.Host, cfg GossipConfig) (*Gossip, err
 	ps, err := pubsub.NewGossipSubWithRouter(ctx, h, g.router,
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMaxMessageSize(maxGossipMessage),
+		// Denied peers get no mesh links and no gossip (peer filter), and
+		// their subscriptions are not recorded, so that flood publishing
+		// skips them too. A peer allowed again takes part once it
+		// reconnects and announces its subscription anew.
 		pubsub.WithPeerFilter(func(p peer.ID, _ string) bool { return g.allowed(p) }),
+		pubsub.WithSubscriptionFilter(subscriptionFilter{g.allowed}),
+		// Send our own adverts to every peer on the topic, not only to the
+		// mesh: the mesh is empty until a heartbeat grafts it, and adverts
+		// right after start or after a new peer connects would go nowhere.
+		// Each node publishes one small advert an interval, so the extra
+		// copies cost little; relaying still goes through the mesh.
+		pubsub.WithFloodPublish(true),
 	)
 	if err != nil {
 		return fail(err)
@@ -196,6 +212,22 @@ func (g *Gossip) Close() error {
 		g.removeHandlers()
 	})
 	return g.closeErr
+}
+
+// subscriptionFilter records the subscriptions of allowed peers to Topic,
+// and nothing else: no other topic, and no peer that is denied.
+type subscriptionFilter struct{ allowed func(peer.ID) bool }
+
+func (subscriptionFilter) CanSubscribe(topic string) bool { return topic == Topic }
+
+func (f subscriptionFilter) FilterIncomingSubscriptions(from peer.ID, subs []*pb.RPC_SubOpts) ([]*pb.RPC_SubOpts, error) {
+	// An error would drop the whole RPC, messages included, before the
+	// validator could count them; an empty list drops only the
+	// subscriptions.
+	if !f.allowed(from) {
+		return nil, nil
+	}
+	return pubsub.FilterSubscriptions(subs, func(t string) bool { return t == Topic }), nil
 }
 
 // removeHandlers unregisters gossipsub's stream handlers, which outlive
@@ -337,7 +369,7 @@ func (g *Gossip) accept(adv Advert, from peer.ID) {
 	}
 	g.latest[adv.From] = adv
 	if len(g.latest) > g.pruneAt {
-		g.pruneLocked(adv.Received)
+		g.pruneLocked(g.now())
 	}
 	g.mu.Unlock()
 	g.onAdvert(adv)

@@ -1,0 +1,596 @@
+package discovery
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ipfs/go-cid"
+	kaddht "github.com/libp2p/go-libp2p-kad-dht"
+	p2pcrypto "github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/multiformats/go-multihash"
+	"go.uber.org/goleak"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol"
+)
+
+// checkNoLeaks registers, as the first cleanup (so it runs last, after the
+// nodes and the mocknet have closed), a check that the test left no
+// goroutines behind.
+func checkNoLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// mockKithHosts starts n mocknet hosts with kith (Ed25519) identities, all
+// linked (able to dial each other) and none connected. The mocknet closes
+// when the test ends.
+func mockKithHosts(tb testing.TB, n int) (mocknet.Mocknet, []host.Host, []*crypto.Identity) {
+	tb.Helper()
+	mn := mocknet.New()
+	tb.Cleanup(func() { _ = mn.Close() })
+	hosts := make([]host.Host, n)
+	ids := make([]*crypto.Identity, n)
+	for i := range n {
+		id, err := crypto.GenerateIdentity()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		h, err := mn.AddPeer(id.Libp2pKey(), ma.StringCast(fmt.Sprintf("/ip6/100::%x/tcp/4242", i+1)))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		hosts[i], ids[i] = h, id
+	}
+	if err := mn.LinkAll(); err != nil {
+		tb.Fatal(err)
+	}
+	return mn, hosts, ids
+}
+
+// kadNet is a network of DHT nodes on mocknet.
+type kadNet struct {
+	hosts    []host.Host
+	dhts     []*DHT
+	counters []*Counters
+}
+
+// newKadNet starts a DHT on each of n hosts, configured by cfg(i) (whose
+// Counters is replaced by one per node).
+func newKadNet(tb testing.TB, n int, cfg func(i int) DHTConfig) *kadNet {
+	tb.Helper()
+	_, hosts, _ := mockKithHosts(tb, n)
+	k := &kadNet{hosts: hosts, dhts: make([]*DHT, n), counters: make([]*Counters, n)}
+	for i, h := range hosts {
+		c := cfg(i)
+		k.counters[i] = &Counters{}
+		c.Counters = k.counters[i]
+		d, err := NewDHT(context.Background(), h, c)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			if err := d.Close(); err != nil {
+				tb.Error(err)
+			}
+		})
+		k.dhts[i] = d
+	}
+	return k
+}
+
+func serverMode(int) DHTConfig { return DHTConfig{Mode: DHTModeServer} }
+
+// bootstrapEach makes node i (i ≥ 1) bootstrap from exactly one peer, a
+// random earlier node: the network is a random tree of introductions, and
+// everything else each node knows it learns through the DHT.
+func (k *kadNet) bootstrapEach(tb testing.TB, rng *rand.Rand) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 1; i < len(k.dhts); i++ {
+		j := rng.IntN(i)
+		if err := k.dhts[i].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[j])}); err != nil {
+			tb.Fatalf("node %d bootstrapping from node %d: %v", i, j, err)
+		}
+	}
+}
+
+func addrInfo(h host.Host) peer.AddrInfo { return peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()} }
+
+// holdsRecord reports whether node i itself stores a provider record for
+// profile, so a lookup from it would need no network.
+func (k *kadNet) holdsRecord(tb testing.TB, i int, profile string) bool {
+	tb.Helper()
+	provs, err := k.dhts[i].kad.ProviderStore().GetProviders(context.Background(), ProfileKey(profile).Hash())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(provs) > 0
+}
+
+// pickFinder picks a node other than provider that neither stores the
+// record nor is connected to the provider (closing that connection if
+// need be), so that finding the provider takes a real lookup.
+func (k *kadNet) pickFinder(tb testing.TB, rng *rand.Rand, provider int, profile string) int {
+	tb.Helper()
+	for _, i := range rng.Perm(len(k.dhts)) {
+		if i == provider || k.holdsRecord(tb, i, profile) {
+			continue
+		}
+		if err := k.hosts[i].Network().ClosePeer(k.hosts[provider].ID()); err != nil {
+			tb.Fatal(err)
+		}
+		return i
+	}
+	tb.Fatalf("every node stores the record of %q", profile)
+	return -1
+}
+
+type lookupSample struct {
+	advertise, find time.Duration
+	holders         int // nodes that stored the provider record
+}
+
+// lookupCase is one provider and one finder of a fresh profile.
+type lookupCase struct {
+	profile          string
+	provider, finder int
+	sample           lookupSample
+}
+
+// prepareLookup has a random node advertise profile and picks a finder
+// that must look it up over the network.
+func (k *kadNet) prepareLookup(tb testing.TB, rng *rand.Rand, profile string) lookupCase {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := lookupCase{profile: profile, provider: rng.IntN(len(k.dhts))}
+	start := time.Now()
+	if err := k.dhts[c.provider].Advertise(ctx, []string{profile}); err != nil {
+		tb.Fatalf("advertise %q: %v", profile, err)
+	}
+	c.sample.advertise = time.Since(start)
+	for i := range k.dhts {
+		if k.holdsRecord(tb, i, profile) {
+			c.sample.holders++
+		}
+	}
+	c.finder = k.pickFinder(tb, rng, c.provider, profile)
+	if k.hosts[c.finder].Network().Connectedness(k.hosts[c.provider].ID()) == network.Connected {
+		tb.Fatalf("finder %d still connected to provider %d", c.finder, c.provider)
+	}
+	return c
+}
+
+// find runs the lookup and checks that it found the provider.
+func (k *kadNet) find(tb testing.TB, c *lookupCase) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	hints, err := k.dhts[c.finder].FindProviders(ctx, c.profile, 1)
+	c.sample.find = time.Since(start)
+	if err != nil {
+		tb.Fatalf("find %q: %v", c.profile, err)
+	}
+	want := Hint{ID: k.hosts[c.provider].ID(), Source: SourceDHT, Profiles: []string{c.profile}}
+	if len(hints) != 1 || hints[0].ID != want.ID || hints[0].Source != want.Source || !slices.Equal(hints[0].Profiles, want.Profiles) {
+		tb.Fatalf("node %d looking for %q found %+v, want the provider, node %d: %+v", c.finder, c.profile, hints, c.provider, want)
+	}
+}
+
+// findOnce has a random node advertise a fresh profile and another find it.
+func (k *kadNet) findOnce(tb testing.TB, rng *rand.Rand, profile string) lookupSample {
+	tb.Helper()
+	c := k.prepareLookup(tb, rng, profile)
+	k.find(tb, &c)
+	return c.sample
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	i := (p*len(sorted)+99)/100 - 1
+	return sorted[max(i, 0)]
+}
+
+// TestDHTFindProviderIn50Nodes: 50 in-process nodes, each introduced to
+// exactly one other; a provider advertises a profile and a node that holds
+// no record of it and is not connected to the provider finds it, 20 times
+// with a fresh profile and fresh nodes each time.
+//
+// Every node is a DHT server: in "auto" a node serves only once AutoNAT
+// finds it publicly reachable, and mocknet hosts run no AutoNAT, so they
+// would all stay clients and nobody would answer queries.
+func TestDHTFindProviderIn50Nodes(t *testing.T) {
+	checkNoLeaks(t)
+	const nodes, runs = 50, 20
+	rng := rand.New(rand.NewPCG(1, 2))
+
+	start := time.Now()
+	k := newKadNet(t, nodes, serverMode)
+	k.bootstrapEach(t, rng)
+	t.Logf("DHT: %d nodes started and bootstrapped in %v", nodes, time.Since(start).Round(time.Millisecond))
+
+	var finds, adverts []time.Duration
+	holders := 0
+	for run := range runs {
+		s := k.findOnce(t, rng, fmt.Sprintf("llm-%d", run))
+		finds = append(finds, s.find)
+		adverts = append(adverts, s.advertise)
+		holders += s.holders
+	}
+	slices.Sort(finds)
+	slices.Sort(adverts)
+	t.Logf("DHT time-to-provider over %d runs: p50=%v p99=%v (min %v, max %v)",
+		runs, percentile(finds, 50), percentile(finds, 99), finds[0], finds[len(finds)-1])
+	t.Logf("DHT advertise over %d runs: p50=%v p99=%v; records stored on %.1f nodes on average",
+		runs, percentile(adverts, 50), percentile(adverts, 99), float64(holders)/runs)
+	for i, c := range k.counters {
+		if keys := c.Keys(); len(keys) > 0 {
+			t.Errorf("node %d dropped input from honest nodes: %v", i, c.Snapshot())
+		}
+	}
+}
+
+// BenchmarkDHTFindProvider times FindProviders in a 50-node mocknet DHT,
+// a fresh profile and provider each iteration; advertising and choosing
+// the finder are not timed.
+func BenchmarkDHTFindProvider(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	k := newKadNet(b, 50, serverMode)
+	k.bootstrapEach(b, rng)
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		c := k.prepareLookup(b, rng, fmt.Sprintf("bench-%d", i))
+		b.StartTimer()
+		k.find(b, &c)
+	}
+}
+
+// ttlProviderStore is a provider store whose records expire after ttl: the
+// 48-hour expiry of kad-dht's store, shrunk to fit in a test.
+type ttlProviderStore struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[string]map[peer.ID]time.Time
+}
+
+func newTTLProviderStore(ttl time.Duration) *ttlProviderStore {
+	return &ttlProviderStore{ttl: ttl, m: map[string]map[peer.ID]time.Time{}}
+}
+
+func (s *ttlProviderStore) AddProvider(_ context.Context, key []byte, prov peer.AddrInfo) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[string(key)] == nil {
+		s.m[string(key)] = map[peer.ID]time.Time{}
+	}
+	s.m[string(key)][prov.ID] = time.Now()
+	return nil
+}
+
+func (s *ttlProviderStore) GetProviders(_ context.Context, key []byte) ([]peer.AddrInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []peer.AddrInfo
+	for p, at := range s.m[string(key)] {
+		if time.Since(at) < s.ttl {
+			out = append(out, peer.AddrInfo{ID: p})
+		}
+	}
+	return out, nil
+}
+
+func (s *ttlProviderStore) Close() error { return nil }
+
+// TestDHTReadvertise: provider records lapse after a TTL; a node running
+// Run with a reprovide interval below the TTL stays findable long past it,
+// while a profile advertised only once stops being found. The profile list
+// changing makes Run advertise the new profile at once.
+func TestDHTReadvertise(t *testing.T) {
+	checkNoLeaks(t)
+	const ttl = 1500 * time.Millisecond
+	k := newKadNet(t, 8, func(int) DHTConfig {
+		return DHTConfig{
+			Mode:              DHTModeServer,
+			ReprovideInterval: ttl / 4,
+			profileCheck:      20 * time.Millisecond,
+			kadOptions:        []kaddht.Option{kaddht.ProviderStore(newTTLProviderStore(ttl))},
+		}
+	})
+	k.bootstrapEach(t, rand.New(rand.NewPCG(5, 6)))
+	runner, once, finder := k.dhts[1], k.dhts[2], k.dhts[7]
+
+	var profiles atomic.Pointer[[]string]
+	profiles.Store(&[]string{"llm"})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { runner.Run(ctx, func() []string { return *profiles.Load() }) })
+	defer func() { cancel(); wg.Wait() }()
+
+	if err := once.Advertise(ctx, []string{"vision"}); err != nil {
+		t.Fatal(err)
+	}
+	found := func(profile string) bool {
+		t.Helper()
+		fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer fcancel()
+		hints, err := finder.FindProviders(fctx, profile, 1)
+		if err != nil {
+			t.Fatalf("find %q: %v", profile, err)
+		}
+		return len(hints) == 1
+	}
+	waitFor(t, 10*time.Second, "the running node's first advert", func() bool { return found("llm") })
+	if !found("vision") {
+		t.Fatal("a profile advertised once is not found before its records expire")
+	}
+
+	time.Sleep(2 * ttl)
+	if found("vision") {
+		t.Fatal("a profile advertised once is still found after its records expired: the test's TTL store does not expire records")
+	}
+	if !found("llm") {
+		t.Fatal("a profile Run keeps advertising is not found after the records' TTL")
+	}
+
+	profiles.Store(&[]string{"llm", "audio"})
+	waitFor(t, 10*time.Second, "an advert of a profile added while running", func() bool { return found("audio") })
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no %s within %v", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDHTClientMode: a client-mode node finds and advertises through the
+// servers, but answers no DHT queries: it registers no DHT protocol and no
+// server has it in its routing table.
+func TestDHTClientMode(t *testing.T) {
+	checkNoLeaks(t)
+	const client = 5
+	k := newKadNet(t, 6, func(i int) DHTConfig {
+		if i == client {
+			return DHTConfig{Mode: DHTModeClient}
+		}
+		return DHTConfig{Mode: DHTModeServer}
+	})
+	k.bootstrapEach(t, rand.New(rand.NewPCG(7, 8)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The client learns of more servers than the one it was introduced to.
+	if err := k.dhts[client].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[0])}); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := k.dhts[client].Mode(); got != DHTModeClient {
+		t.Errorf("client Mode() = %q", got)
+	}
+	if got := k.dhts[0].Mode(); got != DHTModeServer {
+		t.Errorf("server Mode() = %q", got)
+	}
+	clientID := k.hosts[client].ID()
+	if slices.Contains(k.hosts[client].Mux().Protocols(), kadProtocol) {
+		t.Errorf("client registers %s", kadProtocol)
+	}
+	connected := 0
+	for i, d := range k.dhts[:client] {
+		if k.hosts[i].Network().Connectedness(clientID) == network.Connected {
+			connected++
+		}
+		if d.kad.RoutingTable().Find(clientID) != "" {
+			t.Errorf("server %d has the client in its routing table", i)
+		}
+	}
+	if connected == 0 {
+		t.Fatal("the client is connected to no server: the test shows nothing")
+	}
+	// Asking the client directly fails: it does not speak the protocol.
+	if s, err := k.hosts[0].NewStream(ctx, clientID, kadProtocol); err == nil {
+		_ = s.Reset()
+		t.Error("the client accepted a DHT stream")
+	}
+
+	// Yet it uses the DHT both ways.
+	if err := k.dhts[client].Advertise(ctx, []string{"from-client"}); err != nil {
+		t.Fatal(err)
+	}
+	hints, err := k.dhts[0].FindProviders(ctx, "from-client", 1)
+	if err != nil || len(hints) != 1 || hints[0].ID != clientID {
+		t.Fatalf("server looking for the client's profile: %v, %v", hints, err)
+	}
+	if err := k.dhts[3].Advertise(ctx, []string{"from-server"}); err != nil {
+		t.Fatal(err)
+	}
+	hints, err = k.dhts[client].FindProviders(ctx, "from-server", 1)
+	if err != nil || len(hints) != 1 || hints[0].ID != k.hosts[3].ID() {
+		t.Fatalf("client looking for a server's profile: %v, %v", hints, err)
+	}
+}
+
+// liarStore answers every provider lookup with bad records, then the real
+// ones.
+type liarStore struct {
+	*ttlProviderStore
+	bad []peer.AddrInfo
+}
+
+func (s *liarStore) GetProviders(ctx context.Context, key []byte) ([]peer.AddrInfo, error) {
+	good, err := s.ttlProviderStore.GetProviders(ctx, key)
+	return append(slices.Clone(s.bad), good...), err
+}
+
+// TestDHTDropsMalformedProviderRecords: a DHT server answers with provider
+// records whose peer IDs are garbage or not Ed25519 keys; the finder drops
+// and counts them and still finds the real provider.
+func TestDHTDropsMalformedProviderRecords(t *testing.T) {
+	checkNoLeaks(t)
+	_, secpPub, err := p2pcrypto.GenerateSecp256k1Key(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secpID, err := peer.IDFromPublicKey(secpPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	liar := &liarStore{
+		ttlProviderStore: newTTLProviderStore(time.Hour),
+		bad: []peer.AddrInfo{
+			{ID: peer.ID("not a peer id")},
+			{ID: secpID, Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/1")}},
+		},
+	}
+	// Node 0 (the only node the others know) lies; node 1 provides; node 2
+	// looks.
+	k := newKadNet(t, 3, func(i int) DHTConfig {
+		c := DHTConfig{Mode: DHTModeServer}
+		if i == 0 {
+			c.kadOptions = []kaddht.Option{kaddht.ProviderStore(liar)}
+		}
+		return c
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, i := range []int{1, 2} {
+		if err := k.dhts[i].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[0])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.dhts[1].Advertise(ctx, []string{"llm"}); err != nil {
+		t.Fatal(err)
+	}
+	hints, err := k.dhts[2].FindProviders(ctx, "llm", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hints) != 1 || hints[0].ID != k.hosts[1].ID() {
+		t.Fatalf("found %v, want only the provider %s", hints, k.hosts[1].ID())
+	}
+	if got := k.counters[2].Get("dht/malformed"); got != uint64(len(liar.bad)) {
+		t.Errorf("dht/malformed = %d, want %d (%v)", got, len(liar.bad), k.counters[2].Snapshot())
+	}
+}
+
+func TestProviderHint(t *testing.T) {
+	id := testPeer(t, 3)
+	addr := ma.StringCast("/ip4/192.168.1.2/tcp/4001")
+	h, err := providerHint(peer.AddrInfo{ID: id, Addrs: []ma.Multiaddr{addr, nil}}, "llm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ID != id || h.Source != SourceDHT || !slices.Equal(h.Profiles, []string{"llm"}) || len(h.Addrs) != 1 || !h.Addrs[0].Equal(addr) {
+		t.Errorf("hint %+v", h)
+	}
+	if h, err := providerHint(peer.AddrInfo{ID: id}, "llm"); err != nil || h.ID != id || len(h.Addrs) != 0 {
+		t.Errorf("a record without addresses: %+v, %v", h, err)
+	}
+	many := make([]ma.Multiaddr, 100)
+	for i := range many {
+		many[i] = ma.StringCast(fmt.Sprintf("/ip4/10.0.0.1/tcp/%d", i+1))
+	}
+	if h, err := providerHint(peer.AddrInfo{ID: id, Addrs: many}, "llm"); err != nil || len(h.Addrs) != maxHintAddrs {
+		t.Errorf("100 addresses: kept %d, %v", len(h.Addrs), err)
+	}
+	for _, bad := range []peer.ID{"", "garbage"} {
+		if _, err := providerHint(peer.AddrInfo{ID: bad}, "llm"); err == nil {
+			t.Errorf("peer ID %q accepted", bad)
+		}
+	}
+}
+
+func TestProfileKey(t *testing.T) {
+	k := ProfileKey("llm")
+	if k.Prefix().Codec != cid.Raw || k.Version() != 1 {
+		t.Errorf("key %v: codec %x, version %d", k, k.Prefix().Codec, k.Version())
+	}
+	dec, err := multihash.Decode(k.Hash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256([]byte("kith/profile/llm"))
+	if dec.Code != multihash.SHA2_256 || !bytes.Equal(dec.Digest, want[:]) {
+		t.Errorf("key digest %x (code %x), want sha256 %x", dec.Digest, dec.Code, want)
+	}
+	if ProfileKey("llm2").Equals(k) {
+		t.Error("two profiles share a key")
+	}
+}
+
+func TestNewDHTConfig(t *testing.T) {
+	_, hosts, _ := mockKithHosts(t, 1)
+	for _, c := range []DHTConfig{
+		{Mode: "off"},
+		{Mode: "Server"},
+		{ReprovideInterval: -time.Second},
+		{ReprovideInterval: 48 * time.Hour},
+	} {
+		if d, err := NewDHT(context.Background(), hosts[0], c); !errors.Is(err, ErrDHTConfig) {
+			if d != nil {
+				_ = d.Close()
+			}
+			t.Errorf("%+v: got %v, want ErrDHTConfig", c, err)
+		}
+	}
+	d, err := NewDHT(context.Background(), hosts[0], DHTConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// "auto" starts as a client until AutoNAT says otherwise.
+	if got := d.Mode(); got != DHTModeClient {
+		t.Errorf("auto mode without reachability: Mode() = %q", got)
+	}
+	if _, err := d.FindProviders(context.Background(), "bad name", 1); !errors.Is(err, protocol.ErrMalformed) {
+		t.Errorf("find with a bad profile name: %v", err)
+	}
+	if err := d.Advertise(context.Background(), []string{"bad name"}); !errors.Is(err, protocol.ErrMalformed) {
+		t.Errorf("advertise a bad profile name: %v", err)
+	}
+}
+
+// TestDHTBootstrapUnreachable: Bootstrap from a peer that cannot be dialled
+// says that the DHT has no peers.
+func TestDHTBootstrapUnreachable(t *testing.T) {
+	checkNoLeaks(t)
+	mn, hosts, _ := mockKithHosts(t, 2)
+	if err := mn.UnlinkPeers(hosts[0].ID(), hosts[1].ID()); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDHT(context.Background(), hosts[0], DHTConfig{Mode: DHTModeServer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Bootstrap(ctx, []peer.AddrInfo{addrInfo(hosts[1])}); !errors.Is(err, ErrNoDHTPeers) {
+		t.Fatalf("got %v, want ErrNoDHTPeers", err)
+	}
+	hints, err := d.FindProviders(ctx, "llm", 1)
+	if err != nil || len(hints) != 0 {
+		t.Fatalf("find with an empty routing table: %v, %v", hints, err)
+	}
+}

@@ -1,0 +1,82 @@
+package discovery
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol"
+)
+
+// FuzzAdvert feeds arbitrary bytes, as if published by one of two peers,
+// through verifyAdvert, the stateless half of the gossip topic validator.
+// It must never panic; whatever it accepts must really verify (signed by
+// the author, about the author, unexpired), and whatever it refuses must
+// say why.
+func FuzzAdvert(f *testing.F) {
+	author := fuzzIdentity(f, 0xa1)
+	other := fuzzIdentity(f, 0xb2)
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+
+	sign := func(id *crypto.Identity, issued time.Time) []byte {
+		a := capability(f, id, 1, issued, time.Hour)
+		return advertBytes(f, a)
+	}
+	good := sign(author, now)
+	payload, err := protocol.DecodeAdvert(good)
+	if err != nil {
+		f.Fatal(err)
+	}
+	forged := advertBytes(f, other.SignAssertion(crypto.DomainCapabilityAssertion, payload.Payload))
+	for _, seed := range [][]byte{
+		good,
+		sign(author, now.Add(-2*time.Hour)), // expired
+		sign(other, now),                    // someone else's, when published by author
+		forged,
+		good[:len(good)-1],
+		append(bytes.Clone(good), 0),
+		{},
+		[]byte("not an advert"),
+	} {
+		f.Add(seed, false)
+		f.Add(seed, true)
+	}
+
+	f.Fuzz(func(t *testing.T, data []byte, byOther bool) {
+		who := author.PeerID()
+		if byOther {
+			who = other.PeerID()
+		}
+		adv, err := verifyAdvert(who, data, now)
+		if err != nil {
+			if AdvertReason(err) == "" || !errors.Is(err, ErrBadAdvert) {
+				t.Fatalf("refused without a reason: %v", err)
+			}
+			return
+		}
+		if adv.From != who || adv.Assertion.Provider != who {
+			t.Fatalf("accepted an advert about %s from %s as %s's", adv.Assertion.Provider, who, adv.From)
+		}
+		c, err := protocol.VerifyCapability(who, adv.Signed, now)
+		if err != nil {
+			t.Fatalf("accepted an advert that does not verify: %v", err)
+		}
+		if !now.Before(c.ExpiresAt) {
+			t.Fatalf("accepted an advert that expired at %v", c.ExpiresAt)
+		}
+		if !bytes.Contains(data, adv.Signed.Payload) || !bytes.Contains(data, adv.Signed.Signature) {
+			t.Fatal("the accepted assertion is not the bytes that were published")
+		}
+	})
+}
+
+func fuzzIdentity(tb testing.TB, seed byte) *crypto.Identity {
+	tb.Helper()
+	id, err := crypto.IdentityFromSeed(bytes.Repeat([]byte{seed}, 32))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id
+}
