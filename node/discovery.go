@@ -165,7 +165,10 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 			d.addrs[x.ID] = append(d.addrs[x.ID], s)
 		}
 	}
-	dial := !d.dialing[x.ID] && d.h.Network().Connectedness(x.ID) != network.Connected
+	// A gossiped advert may come from a peer several hops away whose
+	// addresses nobody told us: nothing to dial then.
+	dialable := len(x.Addrs) > 0 || len(d.h.Peerstore().Addrs(x.ID)) > 0
+	dial := dialable && !d.dialing[x.ID] && d.h.Network().Connectedness(x.ID) != network.Connected
 	if dial {
 		d.dialing[x.ID] = true
 	}
