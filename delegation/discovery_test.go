@@ -102,7 +102,7 @@ func TestBadAdvertsAreRejectedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	mismatched := x.SignAssertion(crypto.DomainCapabilityAssertion, payload) // x signs about y
-	forged, err := protocol.SignCapability(y, good)                         // y's, passed off as x's
+	forged, err := protocol.SignCapability(y, good)                          // y's, passed off as x's
 	if err != nil {
 		t.Fatal(err)
 	}
