@@ -279,10 +279,10 @@ func (d *discoverer) publishAdverts(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if n := len(d.h.Network().Peers()); n > peers {
-				soon = now.Add(1500 * time.Millisecond) // after a gossipsub heartbeat has grafted it
-				peers = n
-			} else {
+			if n := len(d.h.Network().Peers()); n != peers {
+				if n > peers {
+					soon = now.Add(1500 * time.Millisecond) // after a gossipsub heartbeat has grafted it
+				}
 				peers = n
 			}
 			signed, a, err := d.eng.Advert()
