@@ -280,11 +280,21 @@ func TestGossipDropsBadAdverts(t *testing.T) {
 		}
 		waitFor(t, 10*time.Second, fmt.Sprintf("gossip/%s drop (counters: %v)", c.reason, counters.Snapshot()), func() bool { return counters.Get("gossip/"+c.reason) > 0 })
 	}
-	// Denied: a good advert, from a peer recv denies.
-	if err := deniedTopic.Publish(ctx, advertBytes(t, capability(t, deniedID, 0, now, time.Hour))); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "gossip/denied drop", func() bool { return counters.Get("gossip/denied") > 0 })
+	// Denied: a good advert, from a peer recv denies. fwd relays it to recv
+	// only once a heartbeat has put recv in fwd's mesh (or by IHAVE gossip),
+	// which on a loaded machine can take several heartbeats: publish again
+	// until recv has seen one.
+	deniedAdvert := advertBytes(t, capability(t, deniedID, 0, now, time.Hour))
+	waitFor(t, 30*time.Second, "gossip/denied drop", func() bool {
+		if counters.Get("gossip/denied") > 0 {
+			return true
+		}
+		if err := deniedTopic.Publish(ctx, deniedAdvert); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		return counters.Get("gossip/denied") > 0
+	})
 	if !fwdSaw.Load() {
 		t.Error("the forwarding node, which allows the denied peer, did not take its advert")
 	}
