@@ -103,9 +103,15 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 		}
 		return 0
 	})
-	active := len(e.slots)
-	a.Capacity = protocol.Capacity{Active: uint32(active), FreeSlots: uint32(cap(e.slots) - active)}
+	a.Capacity = e.Capacity()
 	return a, nil
+}
+
+// Capacity is this node's remote pool load now: delegations from peers
+// running, and slots free.
+func (e *Engine) Capacity() protocol.Capacity {
+	active := len(e.slots)
+	return protocol.Capacity{Active: uint32(active), FreeSlots: uint32(cap(e.slots) - active)}
 }
 
 func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.CapabilityQuery) {

@@ -270,7 +270,8 @@ func profileNamesOf(a protocol.CapabilityAssertion) []string {
 func (d *discoverer) publishAdverts(ctx context.Context) {
 	t := time.NewTicker(advertCheck)
 	defer t.Stop()
-	var last protocol.CapabilityAssertion
+	var last protocol.Capacity
+	var lastProfiles []string
 	var lastAt time.Time
 	peers := 0
 	var soon time.Time
@@ -285,21 +286,23 @@ func (d *discoverer) publishAdverts(ctx context.Context) {
 				}
 				peers = n
 			}
+			// Compare the cheap figures first; sign only what is published.
+			load, profiles := d.eng.Capacity(), d.profileNames()
+			changed := load != last || !slices.Equal(profiles, lastProfiles)
+			due := now.Sub(lastAt) >= d.cfg.AdvertInterval.Std() || (!soon.IsZero() && !now.Before(soon))
+			if !changed && !due {
+				continue
+			}
 			signed, a, err := d.eng.Advert()
 			if err != nil {
 				d.log.Warn("advert", "err", err)
-				continue
-			}
-			changed := a.Capacity != last.Capacity || !slices.Equal(profileNamesOf(a), profileNamesOf(last))
-			due := now.Sub(lastAt) >= d.cfg.AdvertInterval.Std() || (!soon.IsZero() && !now.Before(soon))
-			if !changed && !due {
 				continue
 			}
 			if err := d.gossip.Publish(ctx, signed); err != nil {
 				d.log.Debug("publish advert", "err", err)
 				continue
 			}
-			last, lastAt, soon = a, now, time.Time{}
+			last, lastProfiles, lastAt, soon = a.Capacity, profiles, now, time.Time{}
 		}
 	}
 }

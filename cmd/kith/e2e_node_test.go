@@ -106,10 +106,6 @@ type testNode struct {
 // wrote (see mergeConfig).
 func newNode(t *testing.T, dir, name, extraConfig string) *testNode {
 	t.Helper()
-	n := &testNode{t: t, name: name, home: filepath.Join(dir, name), log: filepath.Join(dir, name+".log")}
-	r := n.kith("init", "--listen", "/ip4/127.0.0.1/tcp/0", "--listen", "/ip4/127.0.0.1/udp/0/quic-v1")
-	r.mustSucceed(t)
-	n.id = strings.TrimSpace(r.stdout)
 	// Nodes on the host network must not multicast out of the machine
 	// (mDNS) or ask the host's router for port mappings (UPnP); a test
 	// that wants otherwise says so in extraConfig.
@@ -119,6 +115,21 @@ func newNode(t *testing.T, dir, name, extraConfig string) *testNode {
 	if !regexp.MustCompile(`(?m)^port_mapping\s*=`).MatchString(extraConfig) {
 		extraConfig += "\n[nat]\nport_mapping = false\n"
 	}
+	return initNode(t, dir, name, []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}, extraConfig)
+}
+
+// initNode runs "kith init" for a home under dir listening on listen, and
+// merges extraConfig into the config.toml it wrote (see mergeConfig).
+func initNode(t *testing.T, dir, name string, listen []string, extraConfig string) *testNode {
+	t.Helper()
+	n := &testNode{t: t, name: name, home: filepath.Join(dir, name), log: filepath.Join(dir, name+".log")}
+	args := []string{"init"}
+	for _, l := range listen {
+		args = append(args, "--listen", l)
+	}
+	r := n.kith(args...)
+	r.mustSucceed(t)
+	n.id = strings.TrimSpace(r.stdout)
 	path := filepath.Join(n.home, "config.toml")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -161,12 +172,40 @@ func mergeConfig(file, extra string) string {
 func (n *testNode) start(args ...string) {
 	t := n.t
 	t.Helper()
+	n.launch(fmt.Sprintf("kith daemon %s", strings.Join(args, " ")), kithBin, append([]string{"--home", n.home, "daemon"}, args...)...)
+
+	r := n.kith("id")
+	r.mustSucceed(t)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if n.id == "" {
+		n.id = lines[0] // a home the daemon initialized itself
+	}
+	if lines[0] != n.id {
+		t.Fatalf("%s: kith id says %q, kith init said %q", n.name, lines[0], n.id)
+	}
+	n.addrs = lines[1:]
+	if len(n.addrs) == 0 {
+		t.Fatalf("%s: kith id printed no addresses:\n%s", n.name, r.stdout)
+	}
+	for _, a := range n.addrs {
+		if !strings.HasPrefix(a, "/ip4/127.0.0.1/") || !strings.HasSuffix(a, "/p2p/"+n.id) {
+			t.Fatalf("%s: address %q is not a full loopback multiaddr of %s", n.name, a, n.id)
+		}
+	}
+}
+
+// launch starts the daemon as name args (logged under banner) and waits
+// until it answers on its socket, failing the test if it exits first or
+// does not answer within startWait.
+func (n *testNode) launch(banner, name string, args ...string) api.NodeInfo {
+	t := n.t
+	t.Helper()
 	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(logf, "=== kith daemon %s\n", strings.Join(args, " "))
-	cmd := exec.Command(kithBin, append([]string{"--home", n.home, "daemon"}, args...)...)
+	fmt.Fprintf(logf, "=== %s\n", banner)
+	cmd := exec.Command(name, args...)
 	cmd.Env = childEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	err = cmd.Start()
@@ -191,10 +230,10 @@ func (n *testNode) start(args ...string) {
 	deadline := time.Now().Add(startWait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.Node(ctx)
+		info, err := c.Node(ctx)
 		cancel()
 		if err == nil {
-			break
+			return info
 		}
 		select {
 		case <-exited:
@@ -205,25 +244,6 @@ func (n *testNode) start(args ...string) {
 			t.Fatalf("%s: daemon not answering after %v: %v; log:\n%s", n.name, startWait, err, n.logTail())
 		}
 		time.Sleep(pollEvery)
-	}
-
-	r := n.kith("id")
-	r.mustSucceed(t)
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if n.id == "" {
-		n.id = lines[0] // a home the daemon initialized itself
-	}
-	if lines[0] != n.id {
-		t.Fatalf("%s: kith id says %q, kith init said %q", n.name, lines[0], n.id)
-	}
-	n.addrs = lines[1:]
-	if len(n.addrs) == 0 {
-		t.Fatalf("%s: kith id printed no addresses:\n%s", n.name, r.stdout)
-	}
-	for _, a := range n.addrs {
-		if !strings.HasPrefix(a, "/ip4/127.0.0.1/") || !strings.HasSuffix(a, "/p2p/"+n.id) {
-			t.Fatalf("%s: address %q is not a full loopback multiaddr of %s", n.name, a, n.id)
-		}
 	}
 }
 

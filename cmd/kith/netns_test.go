@@ -202,20 +202,7 @@ func (l *natLab) remove() {
 // extraConfig merged into the config.toml that init wrote.
 func labNode(t *testing.T, dir, name, listen, extraConfig string) *testNode {
 	t.Helper()
-	n := &testNode{t: t, name: name, home: dir + "/" + name, log: dir + "/" + name + ".log"}
-	r := n.kith("init", "--listen", listen)
-	r.mustSucceed(t)
-	n.id = strings.TrimSpace(r.stdout)
-	path := n.home + "/config.toml"
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(mergeConfig(string(b), extraConfig)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.cleanup)
-	return n
+	return initNode(t, dir, name, []string{listen}, extraConfig)
 }
 
 // startIn runs "kith daemon" inside namespace ns and waits until it
@@ -223,51 +210,7 @@ func labNode(t *testing.T, dir, name, listen, extraConfig string) *testNode {
 // reach it from the host's namespace). "ip netns exec" execs the daemon,
 // so the PID that cleanup kills is the daemon's.
 func (n *testNode) startIn(ns string) {
-	t := n.t
-	t.Helper()
-	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(logf, "=== kith daemon in namespace %s\n", ns)
-	cmd := exec.Command("ip", "netns", "exec", ns, kithBin, "--home", n.home, "daemon")
-	cmd.Env = childEnv()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	err = cmd.Start()
-	logf.Close()
-	if err != nil {
-		t.Fatalf("%s: start daemon: %v", n.name, err)
-	}
-	exited := make(chan struct{})
-	n.mu.Lock()
-	n.cmd, n.exited = cmd, exited
-	n.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		n.mu.Lock()
-		n.err = err
-		n.mu.Unlock()
-		close(exited)
-	}()
-	c := n.client()
-	defer c.Close()
-	deadline := time.Now().Add(startWait)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		info, err := c.Node(ctx)
-		cancel()
-		if err == nil {
-			n.addrs = info.Addrs
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("%s: daemon exited before answering (%v); log:\n%s", n.name, n.exitErr(), n.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: daemon not answering after %v: %v; log:\n%s", n.name, startWait, err, n.logTail())
-		}
-		time.Sleep(pollEvery)
-	}
+	n.t.Helper()
+	info := n.launch("kith daemon in namespace "+ns, "ip", "netns", "exec", ns, kithBin, "--home", n.home, "daemon")
+	n.addrs = info.Addrs
 }
