@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -234,7 +236,7 @@ func (e *Engine) Register(name string, h executor.HandlerFunc, opts ...func(*Pro
 	return e.addProfile(p)
 }
 
-// Profiles lists the local profiles.
+// Profiles lists the local profiles, sorted by name.
 func (e *Engine) Profiles() []protocol.Profile {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -242,6 +244,7 @@ func (e *Engine) Profiles() []protocol.Profile {
 	for _, p := range e.profiles {
 		out = append(out, p.Profile)
 	}
+	slices.SortFunc(out, func(a, b protocol.Profile) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
