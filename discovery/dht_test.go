@@ -305,11 +305,11 @@ func (s *ttlProviderStore) Close() error { return nil }
 // changing makes Run advertise the new profile at once.
 func TestDHTReadvertise(t *testing.T) {
 	checkNoLeaks(t)
-	const ttl = 1500 * time.Millisecond
+	const ttl = 3 * time.Second
 	k := newKadNet(t, 8, func(int) DHTConfig {
 		return DHTConfig{
 			Mode:              DHTModeServer,
-			ReprovideInterval: ttl / 4,
+			ReprovideInterval: ttl / 6,
 			profileCheck:      20 * time.Millisecond,
 			kadOptions:        []kaddht.Option{kaddht.ProviderStore(newTTLProviderStore(ttl))},
 		}
