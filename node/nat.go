@@ -283,24 +283,25 @@ func (t punchTracer) Trace(evt *holepunch.Event) {
 	}
 }
 
-// runNAT follows the host's reachability, observed addresses and relay
-// reservations for "kith status", starts auto-relay once the boot delay
-// has passed with the reachability still unknown, and closes relayed
-// connections that a direct one has replaced. It returns when ctx ends.
-func (n *Node) runNAT(ctx context.Context, h host.Host) {
-	sub, err := h.EventBus().Subscribe([]any{
+// natEvents subscribes to the events runNAT follows. Run subscribes as
+// soon as the host exists, so that the addresses observed by the first
+// connections (static peers, relays) are not missed.
+func natEvents(h host.Host) (event.Subscription, error) {
+	return h.EventBus().Subscribe([]any{
 		new(event.EvtLocalReachabilityChanged),
 		new(event.EvtNATDeviceTypeChanged),
 		new(event.EvtAutoRelayAddrsUpdated),
 		new(event.EvtHostReachableAddrsChanged),
 		new(event.EvtPeerIdentificationCompleted),
 	}, eventbus.Name("kith nat"), eventbus.BufSize(256))
-	if err != nil {
-		n.log.Error("nat: event subscription", "err", err)
-		return
-	}
-	defer sub.Close()
+}
 
+// runNAT follows the host's reachability, observed addresses and relay
+// reservations (sub, from natEvents) for "kith status", starts auto-relay
+// once the boot delay has passed with the reachability still unknown, and
+// closes relayed connections that a direct one has replaced. It returns
+// when ctx ends.
+func (n *Node) runNAT(ctx context.Context, h host.Host, sub event.Subscription) {
 	// Auto-relay starts looking for a reservation only when AutoNAT
 	// announces a reachability, and go-libp2p's AutoNAT v1 announces none
 	// until a peer that offers the AutoNAT service has dialed it back

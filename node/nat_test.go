@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,6 +185,14 @@ func TestStaticRelayReservation(t *testing.T) {
 	}
 	if paths[relay.PeerID().String()] != api.PathDirect || paths[far.ID().String()] != api.PathRelayed {
 		t.Fatalf("paths %v: want the relay direct and the far peer relayed", paths)
+	}
+	// The relay, dialed as the node started, told it the address it sees.
+	observed := false
+	for _, o := range st.ObservedAddrs {
+		observed = observed || strings.HasPrefix(o.Addr, "/ip4/127.0.0.1/") && o.Observers >= 1
+	}
+	if !observed {
+		t.Fatalf("observed addresses %+v: want the loopback address the relay sees", st.ObservedAddrs)
 	}
 
 	rc := api.NewClient(relay.SocketPath())

@@ -157,6 +157,11 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("node: libp2p host: %w", err)
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
+	natSub, err := natEvents(h)
+	if err != nil {
+		return fmt.Errorf("node: event subscription: %w", err)
+	}
+	defer natSub.Close()
 
 	profs, err := profiles(n.cfg)
 	if err != nil {
@@ -234,7 +239,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	g.Go(func() error { n.connectStatic(gctx, h, st); return nil })
 	g.Go(func() error { n.maintain(gctx, st); return nil })
 	g.Go(func() error { disc.run(gctx, n); return nil })
-	g.Go(func() error { n.runNAT(gctx, h); return nil })
+	g.Go(func() error { n.runNAT(gctx, h, natSub); return nil })
 	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath())
 	close(n.ready)
 
