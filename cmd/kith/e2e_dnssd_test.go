@@ -22,7 +22,8 @@ import (
 
 // needTool returns the path of a Debian tool, looking in /usr/sbin too (a
 // non-root PATH often lacks it). It skips t when the tool is missing, or
-// fails it under KITH_NETNS_REQUIRED=1 (set by .ci/run, which installs it).
+// fails it under KITH_NETNS_REQUIRED=1 (which .ci/run sets for its DNS-SD
+// step, after installing the tool).
 func needTool(t *testing.T, name, pkg string) string {
 	t.Helper()
 	if p, err := exec.LookPath(name); err == nil {
