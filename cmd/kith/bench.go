@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -51,9 +50,7 @@ func benchCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(r); err != nil {
+				if err := printJSON(cmd.OutOrStdout(), r); err != nil {
 					return fmt.Errorf("write report: %w", err)
 				}
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -38,9 +37,7 @@ verifies their capabilities first.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
+				return printJSON(out, d)
 			}
 			if profile != "" && len(d.Peers) == 0 {
 				return fmt.Errorf("no provider of %q found", profile)

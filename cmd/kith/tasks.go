@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -41,9 +40,7 @@ func tasksCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(d)
+			return printJSON(cmd.OutOrStdout(), d)
 		}),
 	}, &cobra.Command{
 		Use:   "tree",
