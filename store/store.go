@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/kithmesh/kith/protocol"
 )
 
 // Options configure a Store. The zero value is the safe default: durable
@@ -47,14 +49,15 @@ const (
 	numMemtables     = 2
 	blockCacheSize   = 8 << 20
 	valueThreshold   = 256 << 10
-	valueLogFileSize = 64 << 20
-	numCompactors    = 2 // badger refuses 1; 0 would never compact
+	valueLogFileSize = 2 * MaxValueSize // badger refuses a value larger than one log file
+	numCompactors    = 2                // badger refuses 1; 0 would never compact
 
 	// MaxValueSize caps one opaque value (an offer, a result, an event's
-	// data, a meta value) on disk; larger ones are ErrInvalid. In memory the
-	// cap is memValueSize: there every value is inline and badger refuses
-	// one over 1 MiB, and JSON's base64 grows event data by a third.
-	MaxValueSize = 16 << 20
+	// data, a meta value) on disk; larger ones are ErrInvalid. It holds the
+	// largest message the protocol carries (protocol.MaxMessage). In memory
+	// the cap is memValueSize: there every value is inline and badger
+	// refuses one over 1 MiB, and JSON's base64 grows event data by a third.
+	MaxValueSize = protocol.MaxMessage + 1<<20
 	memValueSize = 512 << 10
 	maxKeySize   = 1 << 10 // for PutMeta keys; every other key is bounded by construction
 )
@@ -157,6 +160,11 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// MaxValue is the largest opaque value this store takes: an offer or a
+// result of at most this many bytes can be stored. The delegation engine
+// carries no task or result larger than its store can keep.
+func (s *Store) MaxValue() int { return s.maxValue }
 
 // clock returns the current time without its monotonic reading, so that
 // what is returned equals what is stored and read back.
