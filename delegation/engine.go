@@ -156,6 +156,10 @@ type Engine struct {
 	id    *crypto.Identity
 	st    *store.Store
 	slots chan struct{} // remote pool
+	// maxPayload is the largest task and result this node carries, in
+	// bytes of part content: protocol.MaxPayload, or less when the store
+	// cannot hold that much. Capability assertions advertise it.
+	maxPayload int
 
 	mu         sync.Mutex
 	profiles   map[string]*Profile
@@ -176,6 +180,14 @@ type Engine struct {
 	mutateResult func(*protocol.DelegationResult)
 }
 
+// payloadMargin is what an offer or result holds beside its parts
+// (identifiers, chain, proof), kept free below the store's value cap.
+const payloadMargin = 64 << 10
+
+// MaxPayload is the largest task and result this node carries, in bytes of
+// part content.
+func (e *Engine) MaxPayload() int { return e.maxPayload }
+
 type subKey struct {
 	role store.Role
 	id   protocol.DelegationID
@@ -192,6 +204,7 @@ func New(cfg Config) (*Engine, error) {
 		log:        cfg.Logger.With("component", "delegation"),
 		id:         cfg.Identity,
 		st:         cfg.Store,
+		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
 		slots:      make(chan struct{}, cfg.MaxRemoteConcurrent),
 		profiles:   make(map[string]*Profile),
 		running:    make(map[protocol.DelegationID]*task),
@@ -380,6 +393,8 @@ const (
 	EventCancel   = "cancel"
 	EventReattach = "reattach"
 	EventNote     = "note"
+	// EventResult's Data is empty in the log: the result is the
+	// delegation's Result, stored once.
 	// EventReoffer starts a new attempt at another provider after a
 	// preemption: the transcript of a result covers the events after it.
 	EventReoffer = "reoffered"

@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -86,6 +87,8 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 		GrantedTrust: trust,
 		IssuedAt:     now,
 		ExpiresAt:    now.Add(e.cfg.CapabilityTTL),
+
+		MaxPayloadBytes: uint64(e.maxPayload),
 	}
 	e.mu.Lock()
 	for _, p := range e.profiles {
@@ -159,6 +162,9 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 	p, ok := e.profile(o.Profile)
 	if !ok {
 		return nil, &RejectedError{protocol.ReasonNoMatchingProfile, fmt.Sprintf("no profile %q here", o.Profile)}
+	}
+	if n := protocol.PayloadSize(o.Task.Parts); n > e.maxPayload {
+		return nil, &RejectedError{protocol.ReasonPayloadTooLarge, fmt.Sprintf("task of %d bytes, this node carries at most %d", n, e.maxPayload)}
 	}
 	if trust := e.trustOf(remote); trust < p.MinTrust {
 		return nil, &RejectedError{protocol.ReasonNotAllowed,
@@ -354,6 +360,10 @@ func (e *Engine) cancelTask(remote peer.ID, id protocol.DelegationID, reason str
 // instead of one per token.
 const flushInterval = 100 * time.Millisecond
 
+// providerFlushBytes is the most output one status carries: a fast
+// executor's output goes out in pieces of this size.
+const providerFlushBytes = 256 << 10
+
 func (e *Engine) runTask(ctx context.Context, t *task) {
 	defer func() {
 		e.mu.Lock()
@@ -393,7 +403,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	}
 	res, err := t.profile.Executor.Execute(ctx, taskInput(t.offer), func(u executor.Update) {
 		pending = append(pending, u.Text...)
-		if time.Since(lastFlush) >= flushInterval || len(pending) > 64<<10 {
+		if time.Since(lastFlush) >= flushInterval || len(pending) >= providerFlushBytes {
 			flush()
 		}
 	})
@@ -408,26 +418,38 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 		}
 	}
 
-	state, reason := protocol.StateCompleted, ""
+	state, reason, detail := protocol.StateCompleted, "", ""
 	if errors.Is(err, executor.ErrBudgetExceeded) {
 		// The backend overran the budget and said so: report the usage
 		// honestly (the requester records the violation), keep the output.
 		err, reason = nil, "backend reported usage above the budget"
 	}
 	if err != nil {
-		state, reason = protocol.StateFailed, err.Error()
+		state = protocol.StateFailed
 		var sc *stopCause
 		switch {
 		case errors.As(context.Cause(ctx), &sc):
 			state, reason = sc.state, sc.reason
 		case e.stopping():
 			reason = ReasonProviderShutdown
+		default:
+			// An executor's error names local commands, paths and URLs:
+			// the peer gets the rule, this node's log and store the detail.
+			reason = ReasonExecutor + ": " + peerMessage(err)
+			detail = ReasonExecutor + ": " + err.Error()
+			e.log.Warn("executor failed", "delegation", t.id, "profile", t.profile.Name, "err", err)
 		}
 	}
 	usage := protocol.Usage{Prompt: res.Usage.Prompt, Completion: res.Usage.Completion, Total: res.Usage.Total}
 	out := []protocol.Part{}
 	if res.Text != "" {
 		out = append(out, protocol.TextPart(res.Text))
+	}
+	if n, limit := protocol.PayloadSize(out), e.outputCap(t.offer.BudgetTokens); n > limit {
+		state, reason, out = protocol.StateFailed, fmt.Sprintf("%s: output of %d bytes, at most %d for this budget", ReasonPayloadTooLarge, n, limit), []protocol.Part{}
+	}
+	if !t.remote && detail != "" {
+		reason, detail = detail, "" // local work: this node is the requester
 	}
 	if res.StoppedAtBudget && reason == "" {
 		reason = "stopped at token budget"
@@ -440,7 +462,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
-	e.finish(t.role, t.id, t.requester, t.offerHash, state, reason, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+	e.finish(t.role, t.id, t.requester, t.offerHash, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
 // emitStatus persists a status (streamed output) and then sends it.
@@ -459,13 +481,32 @@ func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus) error {
 	return nil
 }
 
+// peerMessage is what a requester may hear of an executor's failure: what
+// a handler chose to tell (executor.Tell), the typed reason a child
+// delegation was rejected with, or nothing more than that it failed.
+func peerMessage(err error) string {
+	if m := executor.PeerMessage(err); m != "" {
+		return m
+	}
+	var rej *RejectedError
+	if errors.As(err, &rej) {
+		return "a child delegation was rejected: " + rej.Reason.String()
+	}
+	return "the profile's executor failed (details are in the provider's log)"
+}
+
+// outcomeReason is why a delegation ended: wire is what the requester is
+// told, local (when set) what this node's store records instead.
+type outcomeReason struct{ wire, local string }
+
 // finish signs and stores the result, with tail (statuses not yet stored
 // or sent) in the same write, then sends tail and the result through
 // deliver. The first terminal state wins: if the delegation already ended,
 // nothing is sent from here.
 func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester peer.ID, offerHash [32]byte,
-	state protocol.State, reason string, out []protocol.Part, usage protocol.Usage, took time.Duration,
+	state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage, took time.Duration,
 	tail []store.Event, deliver func([]byte)) {
+	reason := why.wire
 	events, err := e.st.Events(role, id, 0)
 	if err != nil {
 		e.log.Error("read events", "delegation", id, "err", err)
@@ -491,9 +532,9 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 		e.log.Error("encode result", "delegation", id, "err", err)
 		return
 	}
-	_, err = e.transitionAfter(role, id, tail, state, store.Event{Type: EventResult, Data: raw}, func(d *store.Delegation) {
+	_, err = e.transitionAfter(role, id, tail, state, store.Event{Type: EventResult}, func(d *store.Delegation) {
 		d.Result = raw
-		d.Reason = reason
+		d.Reason = cmp.Or(why.local, reason)
 		d.Usage = store.Usage(usage)
 	})
 	if err != nil {
@@ -586,7 +627,7 @@ func (e *Engine) recoverProvider() error {
 			hash = sha256.Sum256(d.Offer)
 		}
 		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
-		e.finish(store.RoleProvider, d.ID, d.Peer, hash, protocol.StateFailed, ReasonProviderRestarted, nil, protocol.Usage{}, 0, nil, func([]byte) {})
+		e.finish(store.RoleProvider, d.ID, d.Peer, hash, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
 	}
 	return nil
 }

@@ -176,6 +176,7 @@ const (
 	RejectReason_REJECT_REASON_INSUFFICIENT_VRAM   RejectReason = 8
 	RejectReason_REJECT_REASON_VERSION_UNSUPPORTED RejectReason = 9
 	RejectReason_REJECT_REASON_EXPIRED             RejectReason = 10
+	RejectReason_REJECT_REASON_PAYLOAD_TOO_LARGE   RejectReason = 11 // 1.1
 )
 
 // Enum value maps for RejectReason.
@@ -192,6 +193,7 @@ var (
 		8:  "REJECT_REASON_INSUFFICIENT_VRAM",
 		9:  "REJECT_REASON_VERSION_UNSUPPORTED",
 		10: "REJECT_REASON_EXPIRED",
+		11: "REJECT_REASON_PAYLOAD_TOO_LARGE",
 	}
 	RejectReason_value = map[string]int32{
 		"REJECT_REASON_UNSPECIFIED":         0,
@@ -205,6 +207,7 @@ var (
 		"REJECT_REASON_INSUFFICIENT_VRAM":   8,
 		"REJECT_REASON_VERSION_UNSUPPORTED": 9,
 		"REJECT_REASON_EXPIRED":             10,
+		"REJECT_REASON_PAYLOAD_TOO_LARGE":   11,
 	}
 )
 
@@ -2196,7 +2199,7 @@ const file_kith_proto_rawDesc = "" +
 	"\rSTATE_EXPIRED\x10\b\x12\x12\n" +
 	"\x0eSTATE_REJECTED\x10\t\x12\x13\n" +
 	"\x0fSTATE_PREEMPTED\x10\n" +
-	"*\xf8\x02\n" +
+	"*\x9d\x03\n" +
 	"\fRejectReason\x12\x1d\n" +
 	"\x19REJECT_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12REJECT_REASON_BUSY\x10\x01\x12%\n" +
@@ -2209,7 +2212,8 @@ const file_kith_proto_rawDesc = "" +
 	"\x1fREJECT_REASON_INSUFFICIENT_VRAM\x10\b\x12%\n" +
 	"!REJECT_REASON_VERSION_UNSUPPORTED\x10\t\x12\x19\n" +
 	"\x15REJECT_REASON_EXPIRED\x10\n" +
-	"B)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
+	"\x12#\n" +
+	"\x1fREJECT_REASON_PAYLOAD_TOO_LARGE\x10\vB)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
 
 var (
 	file_kith_proto_rawDescOnce sync.Once
