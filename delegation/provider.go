@@ -249,11 +249,8 @@ func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
 
 func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
 	// A repeated offer (the requester lost our accept) is a reattach.
-	if d, err := e.st.GetDelegation(store.RoleProvider, o.ID); err == nil {
-		if d.Peer != remote {
-			e.reject(c, remote, o.ID, &RejectedError{protocol.ReasonNotAllowed, "delegation id belongs to another peer"})
-			return
-		}
+	key, found := e.providerKey(remote, o.ID)
+	if found {
 		e.serveReattach(ctx, c, remote, &protocol.DelegationStatus{ID: o.ID, Query: true})
 		return
 	}
@@ -269,7 +266,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	timeout := e.timeoutFor(p, o.Timeout)
 	now := e.cfg.Now()
 	t := &task{
-		id: o.ID, role: store.RoleProvider, requester: remote, offer: o,
+		id: key, wire: o.ID, role: store.RoleProvider, requester: remote, offer: o,
 		offerHash: sha256.Sum256(raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
@@ -287,7 +284,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		return
 	}
 	d := store.Delegation{
-		ID: o.ID, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
+		ID: key, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
 		ContextID: o.ContextID, Profile: o.Profile, State: protocol.StateRunning,
 		BudgetTokens: o.BudgetTokens, Offer: raw, Deadline: t.deadline,
 	}
@@ -309,6 +306,30 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	e.readRequester(c, remote, t)
 }
 
+// providerKey is where this node keeps the delegation that remote calls
+// id, and whether it has one. IDs are the requester's choice, so two peers
+// may name the same one (never by chance: to probe, on purpose). The first
+// keeps it; a later peer's is kept under an ID derived from its peer ID and
+// the one it chose. Each peer so sees only its own delegations, and an
+// offer or a query answers the same whether or not another peer uses the ID.
+func (e *Engine) providerKey(remote peer.ID, id protocol.DelegationID) (protocol.DelegationID, bool) {
+	d, err := e.st.DelegationInfo(store.RoleProvider, id)
+	if err != nil {
+		return id, false
+	}
+	if d.Peer == remote {
+		return id, true
+	}
+	h := sha256.New()
+	h.Write([]byte("kith/provider-key/v1\x00"))
+	h.Write([]byte(remote))
+	h.Write(id[:])
+	var key protocol.DelegationID
+	copy(key[:], h.Sum(nil))
+	d, err = e.st.DelegationInfo(store.RoleProvider, key)
+	return key, err == nil && d.Peer == remote
+}
+
 // readRequester reads what the requester sends on an attached stream
 // (cancel) until the task is over and the requester has closed its side,
 // which is how it acknowledges the result.
@@ -320,7 +341,7 @@ func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 			return
 		}
 		e.trace(Received, remote, m)
-		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.id {
+		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.wire {
 			e.cancelTask(remote, cm.ID, cm.Reason)
 		}
 	}
@@ -342,10 +363,15 @@ func (e *Engine) startTask(ctx context.Context, t *task) {
 	}()
 }
 
-// cancelTask stops a running task on its requester's word.
+// cancelTask stops a running task on its requester's word; id is the
+// requester's name for it.
 func (e *Engine) cancelTask(remote peer.ID, id protocol.DelegationID, reason string) {
+	key, found := e.providerKey(remote, id)
+	if !found {
+		return
+	}
 	e.mu.Lock()
-	t := e.running[id]
+	t := e.running[key]
 	e.mu.Unlock()
 	if t == nil || t.requester != remote {
 		return
@@ -395,7 +421,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 		if len(pending) == 0 {
 			return
 		}
-		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq(),
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
 			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
 		pending = pending[:0]
 		lastFlush = time.Now()
@@ -411,7 +437,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	// write: a fast task costs one write after its accept, not two.
 	var tail []store.Event
 	if len(pending) > 0 {
-		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq(),
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
 			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
 		if b, err := protocol.EncodeMessage(st); err == nil {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StateRunning, Data: b})
@@ -457,12 +483,12 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	if state == protocol.StatePreempted {
 		// The requester hears of the preemption as a status first, so that
 		// it can re-offer the task at once (DESIGN.md).
-		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StatePreempted, Seq: t.nextSeq(), Reason: reason}
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StatePreempted, Seq: t.nextSeq(), Reason: reason}
 		if b, err := protocol.EncodeMessage(st); err == nil {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
-	e.finish(t.role, t.id, t.requester, t.offerHash, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+	e.finish(t.role, t.id, t.wire, t.requester, t.offerHash, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
 // emitStatus persists a status (streamed output) and then sends it.
@@ -503,7 +529,10 @@ type outcomeReason struct{ wire, local string }
 // or sent) in the same write, then sends tail and the result through
 // deliver. The first terminal state wins: if the delegation already ended,
 // nothing is sent from here.
-func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester peer.ID, offerHash [32]byte,
+//
+// id is where the store keeps the delegation, wire what the requester
+// calls it (the same but for a foreign ID, see providerKey).
+func (e *Engine) finish(role store.Role, id, wire protocol.DelegationID, requester peer.ID, offerHash [32]byte,
 	state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage, took time.Duration,
 	tail []store.Event, deliver func([]byte)) {
 	reason := why.wire
@@ -515,7 +544,7 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 	events = append(events, tail...)
 	now := e.cfg.Now()
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
-		DelegationID: id, Requester: requester, Provider: e.id.PeerID(),
+		DelegationID: wire, Requester: requester, Provider: e.id.PeerID(),
 		OfferSHA256: offerHash, TranscriptSHA256: transcriptHash(events),
 		Usage: usage, CompletedAt: now, State: state,
 	})
@@ -523,7 +552,7 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 		e.log.Error("sign result proof", "delegation", id, "err", err)
 		return
 	}
-	res := &protocol.DelegationResult{ID: id, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
+	res := &protocol.DelegationResult{ID: wire, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
 	if e.mutateResult != nil {
 		e.mutateResult(res)
 	}
@@ -560,19 +589,19 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 // serveReattach answers a requester's "where is delegation X": it replays
 // everything sent so far and, while the task runs, attaches the stream.
 func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
-	d, err := e.st.GetDelegation(store.RoleProvider, q.ID)
-	if err != nil || d.Peer != remote {
+	key, found := e.providerKey(remote, q.ID)
+	if !found {
 		// Unknown, or someone else's: the same answer, so that IDs cannot be probed.
 		_ = e.send(c, remote, &protocol.DelegationStatus{ID: q.ID, State: protocol.StateUnknown})
 		return
 	}
 	e.mu.Lock()
-	t := e.running[q.ID]
+	t := e.running[key]
 	if t != nil {
 		t.mu.Lock() // hold off live sends while the history is read and replayed
 	}
 	e.mu.Unlock()
-	events, err := e.st.Events(store.RoleProvider, q.ID, 0)
+	events, err := e.st.Events(store.RoleProvider, key, 0)
 	if err != nil {
 		if t != nil {
 			t.mu.Unlock()
@@ -602,7 +631,7 @@ func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote pee
 			return
 		}
 	}
-	d, err = e.st.GetDelegation(store.RoleProvider, q.ID)
+	d, err := e.st.GetDelegation(store.RoleProvider, key)
 	if err != nil || len(d.Result) == 0 {
 		return
 	}
@@ -623,11 +652,17 @@ func (e *Engine) recoverProvider() error {
 	}
 	for _, d := range open {
 		var hash [32]byte
+		wire := d.ID
 		if len(d.Offer) > 0 {
 			hash = sha256.Sum256(d.Offer)
+			if m, err := protocol.DecodeMessage(d.Offer); err == nil {
+				if o, ok := m.(*protocol.DelegationOffer); ok {
+					wire = o.ID
+				}
+			}
 		}
 		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
-		e.finish(store.RoleProvider, d.ID, d.Peer, hash, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
+		e.finish(store.RoleProvider, d.ID, wire, d.Peer, hash, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
 	}
 	return nil
 }
