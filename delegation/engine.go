@@ -99,11 +99,16 @@ type Config struct {
 	// flooding peer cannot take them all; half of MaxRemoteConcurrent
 	// (at least 1) if 0.
 	MaxRemotePerPeer int
-	DefaultTimeout   time.Duration // 5m if 0
-	MaxTimeout       time.Duration // 1h if 0
-	DefaultHopLimit  uint32        // 4 if 0
-	CapabilityTTL    time.Duration // lifetime of signed capability assertions; 5m if 0
-	Conn             protocol.ConnOptions
+	// MaxUntrustedRemote caps the remote slots that untrusted peers hold
+	// together, so that any number of fresh identities cannot keep the
+	// pool from the peers the user verified or trusted; a quarter of
+	// MaxRemoteConcurrent (at least 1) if 0, none if negative.
+	MaxUntrustedRemote int
+	DefaultTimeout     time.Duration // 5m if 0
+	MaxTimeout         time.Duration // 1h if 0
+	DefaultHopLimit    uint32        // 4 if 0
+	CapabilityTTL      time.Duration // lifetime of signed capability assertions; 5m if 0
+	Conn               protocol.ConnOptions
 	// ReattachBackoff is the first wait between reattach attempts; it
 	// doubles up to 5s. 200ms if 0.
 	ReattachBackoff time.Duration
@@ -120,6 +125,13 @@ func (c *Config) setDefaults() {
 	if c.MaxRemotePerPeer <= 0 {
 		c.MaxRemotePerPeer = max(1, c.MaxRemoteConcurrent/2)
 	}
+	switch {
+	case c.MaxUntrustedRemote == 0:
+		c.MaxUntrustedRemote = max(1, c.MaxRemoteConcurrent/4)
+	case c.MaxUntrustedRemote < 0:
+		c.MaxUntrustedRemote = 0
+	}
+	c.MaxUntrustedRemote = min(c.MaxUntrustedRemote, c.MaxRemoteConcurrent)
 	if c.DefaultTimeout <= 0 {
 		c.DefaultTimeout = 5 * time.Minute
 	}
@@ -172,6 +184,7 @@ type Engine struct {
 	queries    *peerLimiter
 	streams    *peerLimiter    // twice the offer and query rates together
 	perPeer    map[peer.ID]int // remote slots held, by peer
+	untrusted  int             // remote slots held by untrusted peers
 
 	runCtx context.Context
 	wg     sync.WaitGroup

@@ -209,12 +209,18 @@ func (e *Engine) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.L
 }
 
 // takeSlot takes a remote-pool slot for p, or says why not: the pool is
-// full, or p already holds its share of it.
-func (e *Engine) takeSlot(p peer.ID) *RejectedError {
+// full, p already holds its share of it, or p is untrusted and the slots
+// untrusted peers may share are taken (the rest stay for the peers the user
+// verified or trusted, however many identities a stranger makes).
+func (e *Engine) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if held := e.perPeer[p]; held >= e.cfg.MaxRemotePerPeer {
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("this peer already holds %d of its %d remote slots", held, e.cfg.MaxRemotePerPeer)}
+	}
+	untrusted := trust < protocol.Verified
+	if untrusted && e.untrusted >= e.cfg.MaxUntrustedRemote {
+		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("the %d remote slots open to untrusted peers are in use", e.cfg.MaxUntrustedRemote)}
 	}
 	select {
 	case e.slots <- struct{}{}:
@@ -222,15 +228,21 @@ func (e *Engine) takeSlot(p peer.ID) *RejectedError {
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("all %d remote slots in use", cap(e.slots))}
 	}
 	e.perPeer[p]++
+	if untrusted {
+		e.untrusted++
+	}
 	return nil
 }
 
-func (e *Engine) releaseSlot(p peer.ID) {
+func (e *Engine) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	<-e.slots
 	if e.perPeer[p]--; e.perPeer[p] <= 0 {
 		delete(e.perPeer, p)
+	}
+	if trust < protocol.Verified {
+		e.untrusted--
 	}
 }
 
@@ -259,27 +271,28 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		e.reject(c, remote, o.ID, rej)
 		return
 	}
-	if rej := e.takeSlot(remote); rej != nil {
+	trust := e.trustOf(remote)
+	if rej := e.takeSlot(remote, trust); rej != nil {
 		e.reject(c, remote, o.ID, rej)
 		return
 	}
 	timeout := e.timeoutFor(p, o.Timeout)
 	now := e.cfg.Now()
 	t := &task{
-		id: key, wire: o.ID, role: store.RoleProvider, requester: remote, offer: o,
+		id: key, wire: o.ID, role: store.RoleProvider, requester: remote, trust: trust, offer: o,
 		offerHash: sha256.Sum256(raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
 	lease, rej := e.lease(p, o.ID, false)
 	if rej != nil {
-		e.releaseSlot(remote)
+		e.releaseSlot(remote, trust)
 		e.reject(c, remote, o.ID, rej)
 		return
 	}
 	t.lease = lease
 	accept, running, err := t.opening()
 	if err != nil {
-		e.releaseSlot(remote)
+		e.releaseSlot(remote, trust)
 		t.releaseLease()
 		return
 	}
@@ -291,7 +304,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	// Persist before acknowledging: the accept goes out only once the
 	// delegation and its first events are durable, in one write.
 	if err := e.st.CreateDelegation(d, accept, running); err != nil {
-		e.releaseSlot(remote)
+		e.releaseSlot(remote, trust)
 		t.releaseLease()
 		e.log.Error("store offer", "delegation", o.ID, "err", err)
 		return
@@ -396,7 +409,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 		delete(e.running, t.id)
 		e.mu.Unlock()
 		if t.remote {
-			e.releaseSlot(t.requester)
+			e.releaseSlot(t.requester, t.trust)
 		}
 		t.releaseLease()
 		close(t.done)

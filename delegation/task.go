@@ -22,7 +22,8 @@ type task struct {
 	id        protocol.DelegationID // where the store keeps it
 	wire      protocol.DelegationID // what the requester calls it; see providerKey
 	role      store.Role
-	requester peer.ID // who asked; this node for local work
+	requester peer.ID             // who asked; this node for local work
+	trust     protocol.TrustLevel // the requester's when its slot was taken
 	offer     *protocol.DelegationOffer
 	offerHash [32]byte
 	profile   *Profile
