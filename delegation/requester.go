@@ -674,10 +674,9 @@ func (r *providerReader) violation(reason, detail string) outcome {
 	_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 		x.Reason = reason + ": " + detail
 	})
-	cancel := &protocol.DelegationCancel{ID: d.ID, Reason: reason}
-	if r.c.Send(cancel) == nil {
-		e.trace(Sent, d.Peer, cancel)
-	}
+	// On a fresh stream: this one ends now, and closing a stream the
+	// provider is still writing to may drop what was last sent on it.
+	e.sendCancel(d.Peer, d.ID, reason)
 	return outcomeDone
 }
 
