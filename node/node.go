@@ -129,7 +129,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("%w (run kith init first?)", err)
 	}
-	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable})
+	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
+		Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
+	})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -264,6 +265,14 @@ type Limits struct {
 	// (peers' clocks differ). Default: "30s"; at most "10m", because the
 	// replay cache must remember message IDs that much longer.
 	EnvelopeMaxSkew Duration `toml:"envelope_max_skew"`
+
+	// ReplayCacheEntries caps the replay cache: the message IDs of
+	// envelopes accepted and not yet expired (an envelope lives at most
+	// 5 minutes plus the skew). When it is full, new streams are refused
+	// until entries expire: evicting one would let its message be
+	// replayed. Default: 131072 (crypto.DefaultMaxReplayEntries, about
+	// 20 MiB); at least 1.
+	ReplayCacheEntries int `toml:"replay_cache_entries"`
 }
 
 // Executor names what runs the work behind a profile.
@@ -373,6 +382,7 @@ func Default() Config {
 			MaxTimeout:          Duration(time.Hour),
 			DefaultHopLimit:     4,
 			EnvelopeMaxSkew:     Duration(30 * time.Second),
+			ReplayCacheEntries:  crypto.DefaultMaxReplayEntries,
 			OffersPerSecond:     10,
 			OfferBurst:          20,
 			QueriesPerSecond:    5,
