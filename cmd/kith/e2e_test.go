@@ -407,6 +407,25 @@ func TestE2EConfigAndDaemonErrors(t *testing.T) {
 			t.Errorf("daemon --check: stderr lacks %q; %v", want, r)
 		}
 	}
+	// A value of the wrong type hides none of the others.
+	bad = "log_level = \"chatty\"\n\n[limits]\ndefault_hop_limit = 99\n\n[[profiles]]\nname = \"gpu\"\nexecutor = \"echo\"\nvram_mib = -5\nmin_trust = 3\n"
+	if err := os.WriteFile(cfg, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = n.kith("daemon", "--check")
+	if r.code == 0 || strings.Contains(r.stdout, "config ok") {
+		t.Fatalf("daemon --check passed a bad config; %v", r)
+	}
+	for _, want := range []string{
+		cfg + ":9: profiles[0].vram_mib: -5 is negative",
+		cfg + ":10: profiles[0].min_trust: wrong type: want a string, got a TOML integer",
+		cfg + `:1: log_level: "chatty" is not a level`,
+		cfg + ":4: limits.default_hop_limit: 99 is out of range",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("daemon --check: stderr lacks %q; %v", want, r)
+		}
+	}
 	// The check must not have started anything.
 	if _, err := os.Stat(n.socket()); err == nil {
 		t.Errorf("daemon --check left a socket at %s", n.socket())
