@@ -32,6 +32,27 @@ import (
 	"github.com/kithmesh/kith/store"
 )
 
+// ErrListen: the host could not listen on one of the configured addresses
+// (the port is taken, the address is not this machine's, ...). A node
+// never runs on some of its addresses only.
+var ErrListen = errors.New("node: cannot listen")
+
+// listen makes h listen on every address, failing on the first that does
+// not bind, by name: a daemon half-started on one transport would look
+// healthy while peers fail to reach it on the other.
+func listen(h host.Host, addrs []string) error {
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return fmt.Errorf("%w on %s: %v", ErrListen, s, err)
+		}
+		if err := h.Network().Listen(a); err != nil {
+			return fmt.Errorf("%w on %s: %v (is another kith daemon, or another program, using it? change listen in the config or pass --listen)", ErrListen, s, err)
+		}
+	}
+	return nil
+}
+
 // Options are what a caller adds to the config file.
 type Options struct {
 	Logger *slog.Logger
@@ -125,9 +146,9 @@ func (n *Node) SocketPath() string { return n.cfg.SocketPath(n.home) }
 // Run starts the node and serves until ctx ends, then stops everything in
 // order (API, engine, host, store) and returns.
 func (n *Node) Run(ctx context.Context) (err error) {
-	id, err := crypto.LoadIdentity(filepath.Join(n.home, IdentityFile))
+	id, err := readIdentity(n.home)
 	if err != nil {
-		return fmt.Errorf("%w (run kith init first?)", err)
+		return err
 	}
 	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
 		Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
@@ -150,7 +171,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		libp2p.Identity(id.Libp2pKey()),
 		libp2p.ConnectionGater(gate),
 		libp2p.ResourceManager(rm),
-		libp2p.ListenAddrStrings(n.cfg.Listen...),
+		// Listening happens below, address by address: libp2p's own
+		// listen succeeds when any one address binds.
+		libp2p.NoListenAddrs,
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(quic.NewTransport),
 		libp2p.UserAgent("kith/" + Version),
@@ -159,6 +182,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("node: libp2p host: %w", err)
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
+	if err := listen(h, n.cfg.Listen); err != nil {
+		return err
+	}
 	natSub, err := natEvents(h)
 	if err != nil {
 		return fmt.Errorf("node: event subscription: %w", err)
