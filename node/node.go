@@ -225,7 +225,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return err
 	}
 	for name, hf := range n.opts.Handlers {
-		if err := eng.Register(name, hf); err != nil {
+		// Go handlers spend what they like: like every executor but
+		// echo, only named peers may use them.
+		if err := eng.Register(name, hf, func(p *delegation.Profile) { p.MinTrust = NamedPeerTrust }); err != nil {
 			return err
 		}
 	}
@@ -369,12 +371,36 @@ func AddPeerToStore(st *store.Store, addr string, source string) (peer.AddrInfo,
 	return *ai, err
 }
 
+// addConfigPeer records a static peer of the config. Naming a peer there
+// is naming it to kith, as "kith peers add" is, so a peer that becomes
+// static here is raised to NamedPeerTrust; one that already was keeps the
+// trust it has, so a trust the user lowered later is not raised again at
+// every start.
+func addConfigPeer(st *store.Store, addr string) error {
+	ai, err := peer.AddrInfoFromString(addr)
+	if err != nil {
+		return fmt.Errorf("peer address %q: %w (want a full multiaddr ending in /p2p/<peer id>)", addr, err)
+	}
+	rec, err := st.GetPeer(ai.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	wasStatic := err == nil && slices.Contains(rec.Sources, "static")
+	if _, err := AddPeerToStore(st, addr, "static"); err != nil {
+		return err
+	}
+	if !wasStatic {
+		_, err = st.RaiseTrust(ai.ID, NamedPeerTrust, "config peers")
+	}
+	return err
+}
+
 // connectStatic records the config's static peers, puts every stored
 // peer's addresses in the peerstore, and dials them, retrying those that
 // fail with a growing interval.
 func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) {
 	for _, a := range n.cfg.Peers {
-		if _, err := AddPeerToStore(st, a, "static"); err != nil {
+		if err := addConfigPeer(st, a); err != nil {
 			n.log.Warn("static peer", "addr", a, "err", err)
 		}
 	}

@@ -34,6 +34,16 @@ func pair(t *testing.T, bConfig string) (a, b *testNode) {
 	return a, b
 }
 
+// pairNamed is pair, and b allows a by name ("kith peers allow"), which
+// makes a verified on b: by default only verified peers may use b's
+// profiles other than echo.
+func pairNamed(t *testing.T, bConfig string) (a, b *testNode) {
+	t.Helper()
+	a, b = pair(t, bConfig)
+	b.kith("peers", "allow", a.id).mustSucceed(t)
+	return a, b
+}
+
 // shortID is how the CLI's tables abbreviate a peer ID.
 func shortID(id string) string { return id[:6] + "…" + id[len(id)-6:] }
 
@@ -186,6 +196,8 @@ command = %s
 	a.start()
 	b.start()
 	a.kith("peers", "add", b.addr("/quic-v1")).mustSucceed(t)
+	// Exec profiles are for verified peers; adding a by name makes it one.
+	b.kith("peers", "add", a.addr("/quic-v1")).mustSucceed(t)
 
 	r := a.kith("delegate", "--profile", "upper", "--peer", b.id, "--budget", "100", "shout this")
 	r.mustSucceed(t)
@@ -271,7 +283,7 @@ func TestE2EOpenAI(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close) // registered first, so it closes after the daemons are gone
 
-	a, b := pair(t, fmt.Sprintf(`[[profiles]]
+	a, b := pairNamed(t, fmt.Sprintf(`[[profiles]]
 name = "llm"
 executor = "openai"
 url = %q
@@ -314,7 +326,7 @@ model = "test"
 // restarted on the same home, reattaches and collects the verified result.
 func TestE2ERequesterKilled(t *testing.T) {
 	gate := filepath.Join(testDir(t), "gate")
-	a, b := pair(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
+	a, b := pairNamed(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
 
 	c := a.client()
 	defer c.Close()
@@ -349,7 +361,7 @@ func TestE2ERequesterKilled(t *testing.T) {
 // before its own timeout.
 func TestE2EProviderKilled(t *testing.T) {
 	gate := filepath.Join(testDir(t), "gate")
-	a, b := pair(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
+	a, b := pairNamed(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
 
 	bg := a.kithBackground("delegate", "--profile", "slow", "--peer", b.id, "--budget", "100", "--timeout", "60s", "never finishes")
 	line := bg.line(t, "the delegation ID", delegationLine.MatchString)

@@ -329,7 +329,10 @@ type Profile struct {
 	// MinTrust is the lowest trust level ("untrusted", "verified",
 	// "trusted") a peer needs to use this profile; others are rejected
 	// not_allowed. Local work is always allowed. Default: "", which means
-	// "untrusted".
+	// "untrusted" for executor "echo" and "verified" for every other
+	// executor (see Trust). A peer becomes verified when the user adds or
+	// allows it ("kith peers add", "kith peers allow"); peers found by
+	// discovery stay untrusted.
 	MinTrust string `toml:"min_trust"`
 
 	// Command is the exec executor's argv: the task arrives on stdin, the
@@ -487,8 +490,18 @@ func (p Profile) EffectiveTimeout(l Limits) time.Duration {
 	return d
 }
 
-// Trust returns the profile's MinTrust as a level; "" is untrusted.
+// Trust returns the profile's MinTrust as a level. Left empty, it is the
+// default: untrusted for echo, which costs nothing, and verified for every
+// other executor, because they spend real resources (a command, a model, an
+// API key, another agent) that a stranger on the same LAN, found by mDNS,
+// must not get by default.
 func (p Profile) Trust() protocol.TrustLevel {
+	if p.MinTrust == "" {
+		if p.Executor == ExecutorEcho {
+			return protocol.Untrusted
+		}
+		return protocol.Verified
+	}
 	t, _ := protocol.ParseTrustLevel(p.MinTrust)
 	return t
 }

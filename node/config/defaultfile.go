@@ -152,6 +152,13 @@ func DefaultFile(listen []string) []byte {
 	w.comment("Profiles: the kinds of work this node offers, to itself and to its peers,")
 	w.comment("one [[profiles]] block each. With no profiles key at all the node offers the")
 	w.comment("built-in \"echo\" profile; to offer nothing, write profiles = [] at the top.")
+	w.comment("")
+	w.comment("Who may use them: a peer you add (\"kith peers add ADDR\", or peers above) or")
+	w.comment("allow (\"kith peers allow ID\") becomes \"verified\"; peers found on the LAN")
+	w.comment("(mDNS), in DNS, the DHT or gossip stay \"untrusted\" until you say otherwise")
+	w.comment("(\"kith peers trust ID verified\"). Every profile but echo needs \"verified\"")
+	w.comment("unless its min_trust says otherwise, so a stranger on your LAN can run echo")
+	w.comment("and nothing else.")
 	for _, p := range d.Profiles {
 		w.profile(p)
 	}
@@ -166,6 +173,7 @@ func DefaultFile(listen []string) []byte {
 	w.example(`command = ["/usr/local/bin/summarize", "--json"]  # required: the argv`)
 	w.example(`dir = ""   # working directory, an absolute path; "" is the daemon's`)
 	w.example(`env = []   # extra environment entries, "NAME=value"`)
+	w.example(`min_trust = ""  # "" is "verified" here: peers you added or allowed`)
 	w.blank()
 	w.comment("An openai profile sends the task to an OpenAI-compatible chat endpoint")
 	w.comment("(Ollama, vLLM, llama.cpp's server, ...).")
@@ -179,6 +187,7 @@ func DefaultFile(listen []string) []byte {
 	w.example(`model = "llama3.1:8b"             # required`)
 	w.example(`api_key_env = ""                  # env var holding the API key; "" sends none`)
 	w.example(`system = ""                       # system prompt; "" sends none`)
+	w.example(`min_trust = "trusted"             # only peers you trust fully; "" is "verified"`)
 	w.example(`vram_mib = 6144`)
 	return []byte(w.b.String())
 }
@@ -205,7 +214,8 @@ func (w *fileWriter) profile(p Profile) {
 	w.setOrShow(p.Timeout != 0, "timeout", tomlString(p.Timeout.String()))
 	w.comment("GPU memory one delegation leases, in MiB; 0 needs no GPU.")
 	w.setOrShow(p.VRAMMiB != 0, "vram_mib", fmt.Sprint(p.VRAMMiB))
-	w.comment("Lowest trust a peer needs to use this profile; \"\" means \"untrusted\".")
+	w.comment("Lowest trust a peer needs to use this profile: \"untrusted\", \"verified\" or")
+	w.comment("\"trusted\". \"\" means \"untrusted\" for executor \"echo\", \"verified\" for every other.")
 	w.setOrShow(p.MinTrust != "", "min_trust", tomlString(p.MinTrust))
 	w.blank()
 }
