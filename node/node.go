@@ -32,6 +32,27 @@ import (
 	"github.com/kithmesh/kith/store"
 )
 
+// ErrListen: the host could not listen on one of the configured addresses
+// (the port is taken, the address is not this machine's, ...). A node
+// never runs on some of its addresses only.
+var ErrListen = errors.New("node: cannot listen")
+
+// listen makes h listen on every address, failing on the first that does
+// not bind, by name: a daemon half-started on one transport would look
+// healthy while peers fail to reach it on the other.
+func listen(h host.Host, addrs []string) error {
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return fmt.Errorf("%w on %s: %v", ErrListen, s, err)
+		}
+		if err := h.Network().Listen(a); err != nil {
+			return fmt.Errorf("%w on %s: %v (is another kith daemon, or another program, using it? change listen in the config or pass --listen)", ErrListen, s, err)
+		}
+	}
+	return nil
+}
+
 // Options are what a caller adds to the config file.
 type Options struct {
 	Logger *slog.Logger
@@ -125,11 +146,13 @@ func (n *Node) SocketPath() string { return n.cfg.SocketPath(n.home) }
 // Run starts the node and serves until ctx ends, then stops everything in
 // order (API, engine, host, store) and returns.
 func (n *Node) Run(ctx context.Context) (err error) {
-	id, err := crypto.LoadIdentity(filepath.Join(n.home, IdentityFile))
+	id, err := readIdentity(n.home)
 	if err != nil {
-		return fmt.Errorf("%w (run kith init first?)", err)
+		return err
 	}
-	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable})
+	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
+		Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
+	})
 	if err != nil {
 		return err
 	}
@@ -148,7 +171,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		libp2p.Identity(id.Libp2pKey()),
 		libp2p.ConnectionGater(gate),
 		libp2p.ResourceManager(rm),
-		libp2p.ListenAddrStrings(n.cfg.Listen...),
+		// Listening happens below, address by address: libp2p's own
+		// listen succeeds when any one address binds.
+		libp2p.NoListenAddrs,
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(quic.NewTransport),
 		libp2p.UserAgent("kith/" + Version),
@@ -157,6 +182,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("node: libp2p host: %w", err)
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
+	if err := listen(h, n.cfg.Listen); err != nil {
+		return err
+	}
 	natSub, err := natEvents(h)
 	if err != nil {
 		return fmt.Errorf("node: event subscription: %w", err)
@@ -197,7 +225,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return err
 	}
 	for name, hf := range n.opts.Handlers {
-		if err := eng.Register(name, hf); err != nil {
+		// Go handlers spend what they like: like every executor but
+		// echo, only named peers may use them.
+		if err := eng.Register(name, hf, func(p *delegation.Profile) { p.MinTrust = NamedPeerTrust }); err != nil {
 			return err
 		}
 	}
@@ -341,12 +371,36 @@ func AddPeerToStore(st *store.Store, addr string, source string) (peer.AddrInfo,
 	return *ai, err
 }
 
+// addConfigPeer records a static peer of the config. Naming a peer there
+// is naming it to kith, as "kith peers add" is, so a peer that becomes
+// static here is raised to NamedPeerTrust; one that already was keeps the
+// trust it has, so a trust the user lowered later is not raised again at
+// every start.
+func addConfigPeer(st *store.Store, addr string) error {
+	ai, err := peer.AddrInfoFromString(addr)
+	if err != nil {
+		return fmt.Errorf("peer address %q: %w (want a full multiaddr ending in /p2p/<peer id>)", addr, err)
+	}
+	rec, err := st.GetPeer(ai.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	wasStatic := err == nil && slices.Contains(rec.Sources, "static")
+	if _, err := AddPeerToStore(st, addr, "static"); err != nil {
+		return err
+	}
+	if !wasStatic {
+		_, err = st.RaiseTrust(ai.ID, NamedPeerTrust, "config peers")
+	}
+	return err
+}
+
 // connectStatic records the config's static peers, puts every stored
 // peer's addresses in the peerstore, and dials them, retrying those that
 // fail with a growing interval.
 func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) {
 	for _, a := range n.cfg.Peers {
-		if _, err := AddPeerToStore(st, a, "static"); err != nil {
+		if err := addConfigPeer(st, a); err != nil {
 			n.log.Warn("static peer", "addr", a, "err", err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -30,6 +31,12 @@ type Options struct {
 	// Now is the clock for record timestamps and replay expiry; nil means
 	// time.Now. Tests inject one to step time without sleeping.
 	Now func() time.Time
+
+	// MaxReplayEntries is the most live replay-cache entries the store
+	// holds; 0 means crypto.DefaultMaxReplayEntries. When it is full, a new
+	// message ID is refused (crypto.ErrReplayCacheFull), never recorded by
+	// evicting a live one; see CheckAndRemember.
+	MaxReplayEntries int
 }
 
 // Badger tuning. Badger's defaults (64 MiB memtables ×5, a 256 MiB block
@@ -132,6 +139,10 @@ func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, 
 	s := &Store{db: db, now: opts.Now, maxValue: maxValue}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	s.replay.max = opts.MaxReplayEntries
+	if s.replay.max <= 0 {
+		s.replay.max = crypto.DefaultMaxReplayEntries
 	}
 	if err := s.checkSchema(where); err != nil {
 		return nil, errors.Join(err, db.Close())

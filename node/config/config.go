@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -264,6 +265,14 @@ type Limits struct {
 	// (peers' clocks differ). Default: "30s"; at most "10m", because the
 	// replay cache must remember message IDs that much longer.
 	EnvelopeMaxSkew Duration `toml:"envelope_max_skew"`
+
+	// ReplayCacheEntries caps the replay cache: the message IDs of
+	// envelopes accepted and not yet expired (an envelope lives at most
+	// 5 minutes plus the skew). When it is full, new streams are refused
+	// until entries expire: evicting one would let its message be
+	// replayed. Default: 131072 (crypto.DefaultMaxReplayEntries, about
+	// 20 MiB); at least 1.
+	ReplayCacheEntries int `toml:"replay_cache_entries"`
 }
 
 // Executor names what runs the work behind a profile.
@@ -320,7 +329,10 @@ type Profile struct {
 	// MinTrust is the lowest trust level ("untrusted", "verified",
 	// "trusted") a peer needs to use this profile; others are rejected
 	// not_allowed. Local work is always allowed. Default: "", which means
-	// "untrusted".
+	// "untrusted" for executor "echo" and "verified" for every other
+	// executor (see Trust). A peer becomes verified when the user adds or
+	// allows it ("kith peers add", "kith peers allow"); peers found by
+	// discovery stay untrusted.
 	MinTrust string `toml:"min_trust"`
 
 	// Command is the exec executor's argv: the task arrives on stdin, the
@@ -373,6 +385,7 @@ func Default() Config {
 			MaxTimeout:          Duration(time.Hour),
 			DefaultHopLimit:     4,
 			EnvelopeMaxSkew:     Duration(30 * time.Second),
+			ReplayCacheEntries:  crypto.DefaultMaxReplayEntries,
 			OffersPerSecond:     10,
 			OfferBurst:          20,
 			QueriesPerSecond:    5,
@@ -477,8 +490,18 @@ func (p Profile) EffectiveTimeout(l Limits) time.Duration {
 	return d
 }
 
-// Trust returns the profile's MinTrust as a level; "" is untrusted.
+// Trust returns the profile's MinTrust as a level. Left empty, it is the
+// default: untrusted for echo, which costs nothing, and verified for every
+// other executor, because they spend real resources (a command, a model, an
+// API key, another agent) that a stranger on the same LAN, found by mDNS,
+// must not get by default.
 func (p Profile) Trust() protocol.TrustLevel {
+	if p.MinTrust == "" {
+		if p.Executor == ExecutorEcho {
+			return protocol.Untrusted
+		}
+		return protocol.Verified
+	}
 	t, _ := protocol.ParseTrustLevel(p.MinTrust)
 	return t
 }

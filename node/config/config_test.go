@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kithmesh/kith/protocol"
 )
 
 func TestDefaultValidates(t *testing.T) {
@@ -255,5 +257,36 @@ func TestFieldsDocumentDefaults(t *testing.T) {
 	}
 	for name := range types {
 		t.Errorf("type %s not found in config.go", name)
+	}
+}
+
+// Every executor but echo spends real resources, so by default only
+// verified peers may use its profiles; an explicit min_trust wins.
+func TestProfileTrustDefaults(t *testing.T) {
+	for _, tt := range []struct {
+		p    Profile
+		want protocol.TrustLevel
+	}{
+		{Profile{Executor: ExecutorEcho}, protocol.Untrusted},
+		{Profile{Executor: ExecutorExec}, protocol.Verified},
+		{Profile{Executor: ExecutorOpenAI}, protocol.Verified},
+		{Profile{Executor: "a2a"}, protocol.Verified}, // any executor added later
+		{Profile{Executor: ExecutorExec, MinTrust: "untrusted"}, protocol.Untrusted},
+		{Profile{Executor: ExecutorEcho, MinTrust: "trusted"}, protocol.Trusted},
+	} {
+		if got := tt.p.Trust(); got != tt.want {
+			t.Errorf("executor %q min_trust %q: Trust() = %v, want %v", tt.p.Executor, tt.p.MinTrust, got, tt.want)
+		}
+	}
+	// The file kith init writes keeps that default.
+	c, err := Parse(append(DefaultFile(nil), "\n[[profiles]]\nname = \"up\"\nexecutor = \"exec\"\ncommand = [\"tr\"]\n"...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := c.Profile("up"); p.Trust() != protocol.Verified {
+		t.Errorf("an exec profile added to the default file: Trust() = %v, want verified", p.Trust())
+	}
+	if p, _ := c.Profile("echo"); p.Trust() != protocol.Untrusted {
+		t.Errorf("the default echo profile: Trust() = %v, want untrusted", p.Trust())
 	}
 }

@@ -202,6 +202,7 @@ func (l Limits) rateLimits(ps *problems) {
 		{"limits.offer_burst", l.OfferBurst}, {"limits.query_burst", l.QueryBurst},
 		{"limits.max_streams_per_peer", l.MaxStreamsPerPeer}, {"limits.max_conns_per_peer", l.MaxConnsPerPeer},
 		{"limits.max_memory_per_peer_mib", l.MaxMemoryPerPeerMiB},
+		{"limits.replay_cache_entries", l.ReplayCacheEntries},
 	} {
 		if v.n < 1 {
 			ps.add(v.key, "%d; want at least 1", v.n)
