@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
@@ -212,6 +213,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		QueriesPerSecond:    n.cfg.Limits.QueriesPerSecond,
 		QueryBurst:          n.cfg.Limits.QueryBurst,
 		MaxRemoteConcurrent: n.cfg.Limits.MaxRemoteConcurrent,
+		MaxUntrustedRemote:  untrustedSlots(n.cfg.Limits.UntrustedRemoteSlots),
 		DefaultTimeout:      n.cfg.Limits.DefaultTimeout.Std(),
 		MaxTimeout:          n.cfg.Limits.MaxTimeout.Std(),
 		DefaultHopLimit:     uint32(n.cfg.Limits.DefaultHopLimit),
@@ -312,6 +314,11 @@ func listenSocket(path string) (net.Listener, error) {
 type hostDialer struct{ h host.Host }
 
 func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Stream, error) {
+	// The engine paces its own tries (a reattach waits at most 5 s between
+	// them); libp2p's dial backoff, which grows to minutes after repeated
+	// failures, would leave a path that came back (a restarted relay)
+	// unused until long after a delegation's deadline.
+	clearDialBackoff(d.h, p)
 	// A peer behind NAT may be reachable only through a relay (a limited
 	// connection); libp2p still opens new streams on a direct connection
 	// whenever there is one.
@@ -482,3 +489,32 @@ func (n *Node) maintain(ctx context.Context, st *store.Store) {
 
 // Version is the kith version string.
 const Version = "0.1.0"
+
+// untrustedSlots maps untrusted_remote_slots to the engine's setting, where
+// 0 means the default and a negative count means none.
+func untrustedSlots(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// clearDialBackoff forgets libp2p's dial backoff for p and for the relays
+// of p's circuit addresses, so the next dial tries every address now.
+func clearDialBackoff(h host.Host, p peer.ID) {
+	sw, ok := h.Network().(*swarm.Swarm)
+	if !ok {
+		return
+	}
+	sw.Backoff().Clear(p)
+	for _, a := range h.Peerstore().Addrs(p) {
+		if _, err := a.ValueForProtocol(ma.P_CIRCUIT); err != nil {
+			continue
+		}
+		if v, err := a.ValueForProtocol(ma.P_P2P); err == nil {
+			if relay, err := peer.Decode(v); err == nil {
+				sw.Backoff().Clear(relay)
+			}
+		}
+	}
+}

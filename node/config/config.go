@@ -209,8 +209,10 @@ const (
 // Limits is the [limits] table.
 type Limits struct {
 	// MaxFrameBytes caps one protocol frame this node accepts, in bytes;
-	// larger frames end the stream before they are read. Default: 4194304
-	// (4 MiB); at least 65536 (64 KiB), at most 67108864 (64 MiB).
+	// larger frames end the stream before they are read. Tasks and results
+	// larger than a frame travel in chunks of 1 MiB, so this bounds memory
+	// per read, not what a delegation carries (64 MiB). Default: 4194304
+	// (4 MiB); at least 2097152 (2 MiB), at most 67108864 (64 MiB).
 	MaxFrameBytes int `toml:"max_frame_bytes"`
 
 	// StreamIdleTimeout closes a stream on which nothing arrived for this
@@ -221,6 +223,12 @@ type Limits struct {
 	// once (the remote pool); local work is not counted. Default: 4; at
 	// least 1.
 	MaxRemoteConcurrent int `toml:"max_remote_concurrent"`
+
+	// UntrustedRemoteSlots is how many remote-pool slots untrusted peers
+	// (strangers found by discovery) may hold together; the rest are kept
+	// for peers you verified or trusted, however many identities a
+	// stranger makes. Default: 1; 0 to max_remote_concurrent.
+	UntrustedRemoteSlots int `toml:"untrusted_remote_slots"`
 
 	// DefaultTimeout is a delegation's timeout when neither the offer nor
 	// the profile sets one. Default: "5m"; at most max_timeout.
@@ -378,21 +386,22 @@ func Default() Config {
 			Durable: true,
 		},
 		Limits: Limits{
-			MaxFrameBytes:       protocol.DefaultMaxFrame,
-			StreamIdleTimeout:   Duration(30 * time.Second),
-			MaxRemoteConcurrent: 4,
-			DefaultTimeout:      Duration(5 * time.Minute),
-			MaxTimeout:          Duration(time.Hour),
-			DefaultHopLimit:     4,
-			EnvelopeMaxSkew:     Duration(30 * time.Second),
-			ReplayCacheEntries:  crypto.DefaultMaxReplayEntries,
-			OffersPerSecond:     10,
-			OfferBurst:          20,
-			QueriesPerSecond:    5,
-			QueryBurst:          10,
-			MaxStreamsPerPeer:   64,
-			MaxConnsPerPeer:     8,
-			MaxMemoryPerPeerMiB: 64,
+			MaxFrameBytes:        protocol.DefaultMaxFrame,
+			StreamIdleTimeout:    Duration(30 * time.Second),
+			MaxRemoteConcurrent:  4,
+			UntrustedRemoteSlots: 1,
+			DefaultTimeout:       Duration(5 * time.Minute),
+			MaxTimeout:           Duration(time.Hour),
+			DefaultHopLimit:      4,
+			EnvelopeMaxSkew:      Duration(30 * time.Second),
+			ReplayCacheEntries:   crypto.DefaultMaxReplayEntries,
+			OffersPerSecond:      10,
+			OfferBurst:           20,
+			QueriesPerSecond:     5,
+			QueryBurst:           10,
+			MaxStreamsPerPeer:    64,
+			MaxConnsPerPeer:      8,
+			MaxMemoryPerPeerMiB:  64,
 		},
 		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
 		GPU:    GPU{HeadroomMiB: 512, ReofferPreempted: true},

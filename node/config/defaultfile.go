@@ -56,12 +56,16 @@ func DefaultFile(listen []string) []byte {
 
 	l := d.Limits
 	w.line("[limits]")
-	w.comment("Largest protocol frame this node accepts, in bytes: 64 KiB to 64 MiB.")
+	w.comment("Largest protocol frame this node accepts, in bytes: 2 MiB to 64 MiB.")
+	w.comment("Tasks and results of up to 64 MiB travel in 1 MiB chunks whatever this is.")
 	w.show("max_frame_bytes", fmt.Sprint(l.MaxFrameBytes))
 	w.comment("Close a stream on which nothing arrived for this long.")
 	w.show("stream_idle_timeout", tomlString(l.StreamIdleTimeout.String()))
 	w.comment("Delegations from other peers that run at once; local work is not counted.")
 	w.show("max_remote_concurrent", fmt.Sprint(l.MaxRemoteConcurrent))
+	w.comment("Of those, slots that untrusted peers (strangers) may hold together;")
+	w.comment("the rest stay for peers you verified or trusted. 0 to max_remote_concurrent.")
+	w.show("untrusted_remote_slots", fmt.Sprint(l.UntrustedRemoteSlots))
 	w.comment("A delegation's timeout when neither the offer nor its profile sets one.")
 	w.show("default_timeout", tomlString(l.DefaultTimeout.String()))
 	w.comment("Upper bound on every delegation's timeout, whatever the offer asks.")
