@@ -152,7 +152,7 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 			return
 		case outcomePreempted:
 			lost = nil
-			cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
+			cur, err := e.st.DelegationInfo(store.RoleRequester, d.ID)
 			if err != nil {
 				return
 			}
@@ -755,7 +755,7 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 	if reason == "" {
 		reason = "cancelled by requester"
 	}
-	d, err := e.st.GetDelegation(store.RoleRequester, id)
+	d, err := e.st.DelegationInfo(store.RoleRequester, id)
 	if err != nil {
 		return fmt.Errorf("%w: %s", ErrUnknown, id)
 	}

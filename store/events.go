@@ -71,7 +71,9 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 	}
 	var out Delegation
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
-		old, err := getDelegation(txn, role, id, true)
+		// Without mutate the blobs cannot change: leave them unread, so a
+		// transition costs the same whatever the size of the offer.
+		old, err := getDelegation(txn, role, id, mutate != nil)
 		if err != nil {
 			return err
 		}
