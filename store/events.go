@@ -40,7 +40,8 @@ type eventRecord struct {
 // to to; a zero ev.At is now; an empty ev.Type is EventState. mutate may
 // run more than once, must not change State or the identity fields (see
 // UpdateDelegation), and must not call the Store. It returns the stored
-// delegation, whose LastSeq is the appended event's sequence number.
+// delegation, whose LastSeq is the appended event's sequence number;
+// without mutate its Offer and Result are left out (unread, unchanged).
 func (s *Store) Transition(role Role, id protocol.DelegationID, to protocol.State, ev Event, mutate func(*Delegation)) (Delegation, error) {
 	return s.TransitionAfter(role, id, nil, to, ev, mutate)
 }
