@@ -559,8 +559,8 @@ func TestNewDHTConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	// "auto" starts as a client until AutoNAT says otherwise.
-	if got := d.Mode(); got != DHTModeClient {
+	// "auto" serves until AutoNAT finds the node private.
+	if got := d.Mode(); got != DHTModeServer {
 		t.Errorf("auto mode without reachability: Mode() = %q", got)
 	}
 	if _, err := d.FindProviders(context.Background(), "bad name", 1); !errors.Is(err, protocol.ErrMalformed) {
