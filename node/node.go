@@ -174,7 +174,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		n.log.Info("no GPU inventory; profiles that need VRAM will be refused", "reason", noGPU)
 	}
 	eng, err := delegation.New(delegation.Config{
-		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: fnd, Ledger: ledger,
+		Identity: id, Store: st, Dialer: hostDialer{h, fnd}, Finder: fnd, Ledger: ledger,
 		Latency:  h.Peerstore().LatencyEWMA,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
@@ -279,9 +279,19 @@ func listenSocket(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-type hostDialer struct{ h host.Host }
+type hostDialer struct {
+	h   host.Host
+	fnd *finder // to look up the addresses of a peer known by ID alone
+}
 
 func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Stream, error) {
+	if d.fnd.disc != nil && d.h.Network().Connectedness(p) != network.Connected && len(d.h.Peerstore().Addrs(p)) == 0 {
+		// A peer known from a gossiped advert, or named by ID alone: find
+		// its addresses (the DHT) first, or say why there are none.
+		if err := d.fnd.disc.reach(ctx, p); err != nil {
+			return nil, fmt.Errorf("node: reach %s: %w", p, err)
+		}
+	}
 	// A peer behind NAT may be reachable only through a relay (a limited
 	// connection); libp2p still opens new streams on a direct connection
 	// whenever there is one.
@@ -300,7 +310,8 @@ func (f *finder) Candidates(ctx context.Context, profile string) []peer.ID {
 	seen := map[peer.ID]bool{}
 	var out []peer.ID
 	if f.disc != nil {
-		for _, p := range f.disc.providers(ctx, profile) {
+		found, _ := f.disc.providers(ctx, profile)
+		for _, p := range found {
 			seen[p] = true
 			out = append(out, p)
 		}
