@@ -379,6 +379,10 @@ func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) 
 			if h.Network().Connectedness(p.ID) == network.Connected || len(addrs) == 0 {
 				continue
 			}
+			// A failed dial backs the address off for seconds in the
+			// swarm; a static peer that was still booting (the hub of a
+			// star, restarted) must be redialled on this schedule.
+			clearDialBackoff(h, p.ID)
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := h.Connect(dctx, peer.AddrInfo{ID: p.ID, Addrs: addrs}); err != nil {
 				missing++

@@ -102,7 +102,9 @@ func (r lanResult) String() string {
 // "kith delegate --profile" and "--peer". Each layout runs with gossip
 // off, so that only the DHT can find the provider (lanDHT, and lanHubServer
 // where node 2 has dht = "server", as the README once advised), and with
-// every default (lanDefaults). It logs "LAN figures:" lines.
+// every default (lanDefaults). A chain with the DHT off (lanGossipOnly)
+// shows what happens to a provider heard of through gossip alone. It logs
+// "LAN figures:" lines.
 //
 // It needs root and iproute2; "go test ./..." skips it unless
 // KITH_LAN_TEST=1, and .ci/run runs it on its own.
@@ -111,6 +113,7 @@ func TestLAN(t *testing.T) {
 		t.Skip("LAN lab test (own CI step): run as root with KITH_LAN_TEST=1 go test -race -run TestLAN -v ./cmd/kith")
 	}
 	needNetnsRoot(t)
+	t.Run("chain-"+lanGossipOnly, lanUnreachable)
 	for _, layout := range []string{"chain", "star"} {
 		for _, variant := range []string{lanDHT, lanHubServer, lanDefaults} {
 			name := layout + "-" + variant
@@ -127,6 +130,9 @@ const (
 	lanDHT       = "dht"        // gossip off, the DHT with its default mode everywhere
 	lanHubServer = "hub-server" // gossip off, node 2 with dht = "server"
 	lanDefaults  = "defaults"   // every default (but mDNS)
+	// lanGossipOnly: the DHT off, so a provider heard of through gossip
+	// alone has no known address (see lanUnreachable).
+	lanGossipOnly = "gossip-only"
 )
 
 // lanHub is the node every other one has as its static peer in the star.
@@ -135,37 +141,7 @@ const lanHub = 2
 // lanScenario builds a fresh LAN lab in layout, starts the daemons, and
 // has node 0 find and use node 4's profile.
 func lanScenario(t *testing.T, layout, variant string) lanResult {
-	lab := newLANLab(t, lanNodes)
-	dir := testDir(t)
-	extra := "[discovery]\nmdns = false\n"
-	if variant != lanDefaults {
-		extra += "gossip = false\n"
-	}
-	nodes := make([]*testNode, lanNodes)
-	addrOf := make([]string, lanNodes)
-	for i := range nodes {
-		cfg := extra
-		if variant == lanHubServer && i == lanHub {
-			cfg += "dht = \"server\"\n"
-		}
-		if i == lanNodes-1 {
-			cfg += fmt.Sprintf("\n[[profiles]]\nname = %q\nexecutor = \"echo\"\n", lanProfile)
-		}
-		nodes[i] = initNode(t, dir, fmt.Sprintf("n%d", i), []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}, cfg)
-		addrOf[i] = "/ip4/" + lanIP(i) + "/tcp/4001/p2p/" + nodes[i].id
-	}
-	for i, n := range nodes {
-		switch {
-		case layout == "chain" && i > 0:
-			setStaticPeers(t, n, []string{addrOf[i-1]})
-		case layout == "star" && i != lanHub:
-			setStaticPeers(t, n, []string{addrOf[lanHub]})
-		}
-	}
-	for i, n := range nodes {
-		n.startIn(lab.ns(fmt.Sprintf("lan%d", i)))
-	}
-	up := time.Now()
+	nodes, up := lanStart(t, layout, variant)
 	far, prov := nodes[0], nodes[lanNodes-1]
 
 	var res lanResult
@@ -215,6 +191,90 @@ func lanScenario(t *testing.T, layout, variant string) lanResult {
 			t.Fatal(err)
 		}
 		res.dhtModes = append(res.dhtModes, nd.DHTMode)
+		// Every peer listed says where it came from.
+		for _, p := range nd.Peers {
+			if len(p.Sources) == 0 {
+				t.Errorf("%s: discover lists %s with no source: %+v", n.name, p.ID, p)
+			}
+		}
 	}
 	return res
+}
+
+// lanUnreachable: with the DHT off, node 0 hears node 4's advert through
+// gossip, which carries no address. discover must say that the provider
+// cannot be reached and why, and delegate must fail saying the same,
+// rather than list a provider that delegate then cannot find.
+func lanUnreachable(t *testing.T) {
+	nodes, _ := lanStart(t, "chain", lanGossipOnly)
+	far, prov := nodes[0], nodes[lanNodes-1]
+	var d api.Discovery
+	deadline := time.Now().Add(lanWait)
+	for {
+		r := far.kith("discover", "--profile", lanProfile, "--json")
+		r.mustSucceed(t)
+		d = api.Discovery{}
+		if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
+			t.Fatalf("discover --json: %v\n%s", err, r.stdout)
+		}
+		if len(d.Peers) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never heard of %s's provider through gossip", far.name, lanProfile)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	p := d.Peers[0]
+	if len(d.Peers) != 1 || p.ID != prov.id || p.Provider || p.Unreachable == "" || !slices.Contains(p.Sources, "gossip") {
+		t.Fatalf("discover --profile %s: %+v; want %s from gossip, not a provider, with the reason it is unreachable", lanProfile, d.Peers, prov.id)
+	}
+	r := far.kith("discover", "--profile", lanProfile)
+	if r.code == 0 || !strings.Contains(r.stderr, "cannot be reached: "+p.Unreachable) {
+		t.Fatalf("discover --profile %s should fail and say why the provider cannot be reached; %v", lanProfile, r)
+	}
+	r = far.kith("delegate", "--profile", lanProfile, "--peer", prov.id, "--budget", "100", "unreachable")
+	if r.code == 0 || !strings.Contains(r.stderr+r.stdout, "DHT is off") {
+		t.Fatalf("delegate --peer to a provider with no known address should fail saying why; %v", r)
+	}
+	t.Logf("LAN figures: gossip-only: %s is listed as unreachable: %s", prov.name, p.Unreachable)
+}
+
+// lanStart builds a fresh LAN lab in layout, configures the daemons for
+// variant and starts them; it returns them and when the last was up.
+func lanStart(t *testing.T, layout, variant string) ([]*testNode, time.Time) {
+	lab := newLANLab(t, lanNodes)
+	dir := testDir(t)
+	extra := "[discovery]\nmdns = false\n"
+	switch variant {
+	case lanGossipOnly:
+		extra += "dht = \"off\"\n"
+	case lanDHT, lanHubServer:
+		extra += "gossip = false\n"
+	}
+	nodes := make([]*testNode, lanNodes)
+	addrOf := make([]string, lanNodes)
+	for i := range nodes {
+		cfg := extra
+		if variant == lanHubServer && i == lanHub {
+			cfg += "dht = \"server\"\n"
+		}
+		if i == lanNodes-1 {
+			cfg += fmt.Sprintf("\n[[profiles]]\nname = %q\nexecutor = \"echo\"\n", lanProfile)
+		}
+		nodes[i] = initNode(t, dir, fmt.Sprintf("n%d", i), []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"}, cfg)
+		addrOf[i] = "/ip4/" + lanIP(i) + "/tcp/4001/p2p/" + nodes[i].id
+	}
+	for i, n := range nodes {
+		switch {
+		case layout == "chain" && i > 0:
+			setStaticPeers(t, n, []string{addrOf[i-1]})
+		case layout == "star" && i != lanHub:
+			setStaticPeers(t, n, []string{addrOf[lanHub]})
+		}
+	}
+	for i, n := range nodes {
+		n.startIn(lab.ns(fmt.Sprintf("lan%d", i)))
+	}
+	return nodes, time.Now()
 }
