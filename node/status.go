@@ -197,12 +197,12 @@ func natNote(s natSnapshot, listen []ma.Multiaddr) string {
 			parts = append(parts, fam.name+": no peer has reported this node's public address yet")
 		case kept == observers:
 			slices.Sort(seen)
-			parts = append(parts, fmt.Sprintf("%s: %d %s see %s, the listening port kept (port-preserving so far)",
-				fam.name, observers, pluralWord(observers, "observation", "observations"), strings.Join(seen, ", ")))
+			parts = append(parts, fmt.Sprintf("%s: %s (%d %s), the listening port kept (port-preserving so far)",
+				fam.name, strings.Join(seen, ", "), observers, pluralWord(observers, "observation", "observations")))
 		default:
 			slices.Sort(seen)
-			parts = append(parts, fmt.Sprintf("%s: %d %s see %s, the port changed (hole punching may fail)",
-				fam.name, observers, pluralWord(observers, "observation", "observations"), strings.Join(seen, ", ")))
+			parts = append(parts, fmt.Sprintf("%s: %s (%d %s), the port changed (hole punching may fail)",
+				fam.name, strings.Join(seen, ", "), observers, pluralWord(observers, "observation", "observations")))
 		}
 	}
 	return strings.Join(parts, "; ") + fmt.Sprintf("; a NAT type needs %d observations from peers at different addresses", natVerdictObservations)
