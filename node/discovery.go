@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/sec"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/kithmesh/kith/delegation"
@@ -62,6 +63,7 @@ type discoverer struct {
 	sources map[peer.ID]map[discovery.Source]time.Time // this run's hints
 	dialing map[peer.ID]bool
 	addrs   map[peer.ID][]string // addresses written to the store this run
+	wrong   map[peer.ID][]string // addresses where another node answered for the ID
 }
 
 func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, eng *delegation.Engine, gate *gater) (*discoverer, error) {
@@ -71,6 +73,7 @@ func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, e
 		sources: map[peer.ID]map[discovery.Source]time.Time{},
 		dialing: map[peer.ID]bool{},
 		addrs:   map[peer.ID][]string{},
+		wrong:   map[peer.ID][]string{},
 	}
 	if d.cfg.DHT != config.DHTOff {
 		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT, Logger: d.log, Counters: &d.counters})
@@ -157,6 +160,17 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 	if d.ctx.Err() != nil {
 		return
 	}
+	// An address where another node answered for this ID (a DNS record
+	// naming the wrong peer) is not dialled again this run.
+	d.mu.Lock()
+	wrong := d.wrong[x.ID]
+	d.mu.Unlock()
+	if len(wrong) > 0 {
+		x.Addrs = slices.DeleteFunc(slices.Clone(x.Addrs), func(a ma.Multiaddr) bool { return slices.Contains(wrong, a.String()) })
+		if len(x.Addrs) == 0 {
+			return
+		}
+	}
 	if len(x.Addrs) > 0 {
 		d.h.Peerstore().AddAddrs(x.ID, x.Addrs, hintAddrTTL)
 	}
@@ -207,6 +221,14 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 	}
 }
 
+// isWrongPeer reports whether a dial reached a node with another peer ID
+// than the one asked for.
+func isWrongPeer(err error) bool {
+	var v sec.ErrPeerIDMismatch
+	var p *sec.ErrPeerIDMismatch
+	return errors.As(err, &v) || errors.As(err, &p) || strings.Contains(err.Error(), "peer id mismatch")
+}
+
 // remember writes a hint's source and its new addresses to the store;
 // only what is new, so that a source repeating itself costs no disk write.
 func (d *discoverer) remember(x discovery.Hint, addrs []ma.Multiaddr) {
@@ -241,7 +263,19 @@ func (d *discoverer) connect(x discovery.Hint) {
 	ctx, cancel := context.WithTimeout(d.ctx, 15*time.Second)
 	defer cancel()
 	if err := d.h.Connect(ctx, peer.AddrInfo{ID: x.ID, Addrs: x.Addrs}); err != nil {
-		d.counters.Drop(d.log, x.Source, "unreachable", "peer", x.ID, "err", oneLine(err.Error()))
+		reason := "unreachable"
+		if isWrongPeer(err) {
+			reason = "wrong_peer"
+			d.mu.Lock()
+			for _, a := range x.Addrs {
+				if s := a.String(); !slices.Contains(d.wrong[x.ID], s) {
+					d.wrong[x.ID] = append(d.wrong[x.ID], s)
+				}
+			}
+			d.mu.Unlock()
+			d.h.Peerstore().SetAddrs(x.ID, x.Addrs, 0) // forget them
+		}
+		d.counters.Drop(d.log, x.Source, reason, "peer", x.ID, "err", oneLine(err.Error()))
 		return
 	}
 	d.remember(x, x.Addrs)

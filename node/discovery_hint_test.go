@@ -25,9 +25,10 @@ func quietDiscovery(c *config.Config) {
 
 // A DNS-SD (or mDNS) record that names some other node's peer ID at a
 // real node's address leaves nothing behind: the dial fails the handshake
-// and is counted, and the store, which the node redials after every
-// restart, never holds the phantom. A record naming the right ID is
-// stored once connected.
+// and is counted as wrong_peer, the store, which the node redials after
+// every restart, never holds the phantom, and the same record heard again
+// is not dialled again. A record naming the right ID is stored once
+// connected.
 func TestHintNamingAnotherPeerLeavesNothing(t *testing.T) {
 	a, b := startWith(t, quietDiscovery), startWith(t, quietDiscovery)
 	other, err := crypto.GenerateIdentity()
@@ -36,10 +37,14 @@ func TestHintNamingAnotherPeerLeavesNothing(t *testing.T) {
 	}
 	d := a.discoverer()
 	d.hint(context.Background(), discovery.Hint{ID: other.PeerID(), Addrs: b.Host().Addrs(), Source: discovery.SourceDNSSD})
-	waitUntil(t, "the phantom's dial failed", func() bool { return d.counters.Get("dnssd/unreachable") == 1 })
+	waitUntil(t, "the phantom's dial failed", func() bool { return d.counters.Get("dnssd/wrong_peer") == 1 })
+	d.hint(context.Background(), discovery.Hint{ID: other.PeerID(), Addrs: b.Host().Addrs(), Source: discovery.SourceDNSSD})
 	d.wg.Wait()
 	if stored(t, a, other.PeerID()) {
 		t.Fatal("the store holds a peer that a DNS record merely named")
+	}
+	if got := d.counters.Snapshot(); len(got) != 1 || got["dnssd/wrong_peer"] != 1 {
+		t.Fatalf("counters %v after the same phantom record twice: want one dnssd/wrong_peer, no second dial", got)
 	}
 
 	d.hint(context.Background(), discovery.Hint{ID: b.PeerID(), Addrs: b.Host().Addrs(), Source: discovery.SourceDNSSD})
