@@ -203,7 +203,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		n.log.Info("no GPU inventory; profiles that need VRAM will be refused", "reason", noGPU)
 	}
 	eng, err := delegation.New(delegation.Config{
-		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: fnd, Ledger: ledger,
+		Identity: id, Store: st, Dialer: hostDialer{h, fnd}, Finder: fnd, Ledger: ledger,
 		Latency:  h.Peerstore().LatencyEWMA,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
@@ -311,9 +311,19 @@ func listenSocket(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-type hostDialer struct{ h host.Host }
+type hostDialer struct {
+	h   host.Host
+	fnd *finder // to look up the addresses of a peer known by ID alone
+}
 
 func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Stream, error) {
+	if d.fnd.disc != nil && d.h.Network().Connectedness(p) != network.Connected && len(d.h.Peerstore().Addrs(p)) == 0 {
+		// A peer known from a gossiped advert, or named by ID alone: find
+		// its addresses (the DHT) first, or say why there are none.
+		if err := d.fnd.disc.reach(ctx, p); err != nil {
+			return nil, fmt.Errorf("node: reach %s: %w", p, err)
+		}
+	}
 	// The engine paces its own tries (a reattach waits at most 5 s between
 	// them); libp2p's dial backoff, which grows to minutes after repeated
 	// failures, would leave a path that came back (a restarted relay)
@@ -337,7 +347,8 @@ func (f *finder) Candidates(ctx context.Context, profile string) []peer.ID {
 	seen := map[peer.ID]bool{}
 	var out []peer.ID
 	if f.disc != nil {
-		for _, p := range f.disc.providers(ctx, profile) {
+		found, _ := f.disc.providers(ctx, profile)
+		for _, p := range found {
 			seen[p] = true
 			out = append(out, p)
 		}
@@ -429,6 +440,10 @@ func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) 
 			if h.Network().Connectedness(p.ID) == network.Connected || len(addrs) == 0 {
 				continue
 			}
+			// A failed dial backs the address off for seconds in the
+			// swarm; a static peer that was still booting (the hub of a
+			// star, restarted) must be redialled on this schedule.
+			clearDialBackoff(h, p.ID)
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := h.Connect(dctx, peer.AddrInfo{ID: p.ID, Addrs: addrs}); err != nil {
 				missing++

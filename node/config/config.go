@@ -137,10 +137,9 @@ type Discovery struct {
 	// Default: "5m".
 	DNSSDInterval Duration `toml:"dnssd_interval"`
 
-	// DHT is the private Kademlia DHT's mode: "auto" (server once the node
-	// is found publicly reachable, client before), "server", "client", or
-	// "off". In a home lab where every node is behind NAT, make at least
-	// one node "server". Default: "auto".
+	// DHT is the private Kademlia DHT's mode: "auto" (server unless
+	// AutoNAT finds the node private, so every node of a LAN serves),
+	// "server", "client", or "off". Default: "auto".
 	DHT string `toml:"dht"`
 
 	// Gossip publishes this node's signed capability advert with its load
