@@ -211,9 +211,14 @@ command = %s
 		t.Fatalf("delegate to a command that exits 7 succeeded; %v", r)
 	}
 	id := delegationID(t, r)
+	// The requester learns that the executor failed, not how: the exit
+	// status and stderr of b's command stay on b, in its own record.
 	d := showJSON(t, a, id)
-	if d.State != "failed" || !strings.Contains(d.Reason, "exit status 7") || !strings.Contains(d.Reason, "boom") {
-		t.Errorf("failed command: state %s, reason %q; want failed with \"exit status 7\" and the stderr \"boom\"", d.State, d.Reason)
+	if d.State != "failed" || !strings.HasPrefix(d.Reason, "executor_failed") || strings.Contains(d.Reason, "boom") || strings.Contains(d.Reason, "exit status") {
+		t.Errorf("failed command on a: state %s, reason %q; want failed executor_failed without b's stderr or exit status", d.State, d.Reason)
+	}
+	if pd := showJSON(t, b, id); pd.State != "failed" || !strings.Contains(pd.Reason, "exit status 7") || !strings.Contains(pd.Reason, "boom") {
+		t.Errorf("failed command on b: state %s, reason %q; want failed with \"exit status 7\" and the stderr \"boom\"", pd.State, pd.Reason)
 	}
 	// A failure is signed like a success.
 	mustVerify(t, a, id, b, "failed")
