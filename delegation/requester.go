@@ -602,12 +602,12 @@ func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out o
 	if !r.statuses.Allow() {
 		return r.violation(ReasonOutputViolation, fmt.Sprintf("provider sent status frames faster than %d per second", statusRate)), nil, true
 	}
-	if n := protocol.PayloadSize(m.Partial); r.partial+n > e.outputCap(d.BudgetTokens) {
+	n := protocol.PayloadSize(m.Partial)
+	if limit := e.outputCap(d.BudgetTokens); r.partial+n > limit {
 		return r.violation(ReasonOutputViolation, fmt.Sprintf("provider streamed more than %d bytes of output for a budget of %d tokens",
-			e.outputCap(d.BudgetTokens), d.BudgetTokens)), nil, true
-	} else {
-		r.partial += n
+			limit, d.BudgetTokens)), nil, true
 	}
+	r.partial += n
 	r.lastSeq = m.Seq
 	if m.State == protocol.StatePreempted && !e.cfg.NoReoffer {
 		// Log it (the delegation itself stays live) and offer the task
