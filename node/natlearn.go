@@ -59,6 +59,17 @@ func (n *Node) learnAddrs(ctx context.Context, h host.Host) {
 	if len(relays) == 0 || n.cfg.NAT.Relay {
 		return
 	}
+	// Ask only once a connection to a relay shows what it sees: a side
+	// connection opened before the swarm's own would take its port (TCP
+	// keeps a closed connection's ports in TIME_WAIT for a minute), and the
+	// swarm would then reach the relay from a port no peer can punch to.
+	for len(n.nat.observedFamilies()) == 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
 	retry := learnRetry
 	for {
 		wait := learnEvery
@@ -126,6 +137,13 @@ func askObserved(ctx context.Context, sw *swarm.Swarm, relay peer.ID, addr ma.Mu
 		return nil, err
 	}
 	defer conn.Close()
+	// What the relay sees is worth offering only if the connection came
+	// from a port this node listens on: one from an ephemeral port (TCP
+	// cannot reuse the listen port while the swarm holds a connection to
+	// the same relay) would give out a port no peer can reach.
+	if !fromListenPort(sw, conn.LocalMultiaddr()) {
+		return nil, fmt.Errorf("side connection to %s left from %s, not a listen port", addr, conn.LocalMultiaddr())
+	}
 	go func() { // refuse the relay's streams on this connection
 		for {
 			s, err := conn.AcceptStream()
@@ -154,6 +172,27 @@ func askObserved(ctx context.Context, sw *swarm.Swarm, relay peer.ID, addr ma.Mu
 		return nil, errors.New("the relay sent no observed address")
 	}
 	return ma.NewMultiaddrBytes(msg.ObservedAddr)
+}
+
+// fromListenPort reports whether local has the port of one of the swarm's
+// listen addresses of its transport.
+func fromListenPort(sw *swarm.Swarm, local ma.Multiaddr) bool {
+	fam := transportFamily(local)
+	port := func(a ma.Multiaddr) string {
+		if v, err := a.ValueForProtocol(ma.P_TCP); err == nil {
+			return "tcp/" + v
+		}
+		if v, err := a.ValueForProtocol(ma.P_UDP); err == nil {
+			return "udp/" + v
+		}
+		return ""
+	}
+	for _, l := range sw.ListenAddresses() {
+		if transportFamily(l) == fam && port(l) != "" && port(l) == port(local) {
+			return true
+		}
+	}
+	return false
 }
 
 // learn records addr as the node's public address for transport family;
