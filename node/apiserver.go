@@ -44,6 +44,16 @@ func (n *Node) apiHandler() http.Handler {
 	return mux
 }
 
+// socketHandler is the unix socket's API: the REST API and the routes
+// only the node's own user may call (the HTTP listener's token).
+func (n *Node) socketHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(api.Prefix+"/", n.apiHandler())
+	mux.HandleFunc("GET "+api.Prefix+"/api-token", n.handleToken)
+	mux.HandleFunc("POST "+api.Prefix+"/api-token", n.handleToken)
+	return mux
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -65,7 +75,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func (n *Node) handleNode(w http.ResponseWriter, _ *http.Request) {
-	info := api.NodeInfo{PeerID: n.PeerID().String(), Addrs: n.Addrs(), Version: Version}
+	info := api.NodeInfo{PeerID: n.PeerID().String(), Addrs: n.Addrs(), Version: Version, HTTPAddr: n.HTTPAddr()}
 	for _, p := range n.Engine().Profiles() {
 		info.Profiles = append(info.Profiles, p.Name)
 	}
@@ -113,7 +123,14 @@ func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleProfiles(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, n.Engine().Profiles())
+	out := []api.Profile{}
+	for _, p := range n.Engine().Profiles() {
+		out = append(out, api.Profile{
+			Name: p.Name, Description: p.Description, Skills: append([]string{}, p.Skills...),
+			MaxBudgetTokens: p.MaxBudgetTokens, VRAMMiB: p.VRAMMiB,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
