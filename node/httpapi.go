@@ -164,4 +164,3 @@ func serveHTTPAPI(srv *http.Server, ln net.Listener) error {
 	}
 	return nil
 }
-

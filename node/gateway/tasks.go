@@ -498,4 +498,3 @@ func (a *agent) finish(d store.Delegation, t *a2a.Task, yield func(a2a.Event, er
 	}
 	yield(e, nil)
 }
-
