@@ -39,6 +39,9 @@ func Init(home string, listen []string) (peer.ID, error) {
 	if err := id.Save(keyPath); err != nil {
 		return "", err
 	}
+	if _, err := EnsureToken(home); err != nil {
+		return "", err
+	}
 	cfgPath := filepath.Join(home, config.FileName)
 	if _, err := os.Stat(cfgPath); errors.Is(err, os.ErrNotExist) {
 		if err := os.WriteFile(cfgPath, config.DefaultFile(listen), 0o600); err != nil {

@@ -114,6 +114,11 @@ func verifyOne(s a2a.AgentCardSignature, payload []byte) (peer.ID, error) {
 func CanonicalCard(card *a2a.AgentCard) ([]byte, error) {
 	c := *card
 	c.Signatures = nil
+	// The official JavaScript SDK (1.3.0) leaves the security fields out of
+	// the payload it verifies (its canonical form drops them), so a card
+	// that covered them would not verify there. They only tell a client
+	// what to send; the listener enforces the token whatever a card says.
+	c.SecuritySchemes, c.SecurityRequirements = nil, nil
 	b, err := json.Marshal(&c)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: card: %w", err)
