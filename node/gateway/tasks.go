@@ -485,7 +485,7 @@ func (a *agent) finish(d store.Delegation, t *a2a.Task, yield func(a2a.Event, er
 	if len(t.Artifacts) > 0 {
 		e := a2a.NewArtifactUpdateEvent(t, outputArtifact, t.Artifacts[0].Parts...)
 		e.Artifact.Name = t.Artifacts[0].Name
-		e.LastChunk = true
+		e.Append, e.LastChunk = false, true // the whole output replaces the chunks
 		if !yield(e, nil) {
 			return
 		}
