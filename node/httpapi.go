@@ -1,7 +1,6 @@
 package node
 
 import (
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,9 +13,6 @@ import (
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/gateway"
 )
-
-//go:embed openapi.json
-var openAPIDoc []byte
 
 // OpenAPIPath is where the listener serves the REST API's OpenAPI document.
 const OpenAPIPath = "/api/v1/openapi.json"
@@ -65,10 +61,7 @@ func (h *httpAPI) handler(gw *gateway.Gateway) http.Handler {
 	mux := http.NewServeMux()
 	rest := h.n.apiHandler()
 	mux.Handle(api.Prefix+"/", http.MaxBytesHandler(rest, h.n.cfg.API.MaxBodyBytes))
-	mux.HandleFunc("GET "+OpenAPIPath, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openAPIDoc)
-	})
+	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI)
 	mux.Handle("/", gw.Handler())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.required && !public(r) && !h.authorized(r) {

@@ -70,7 +70,9 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		}
 	}
 	var out Delegation
+	var committed []Event
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
+		committed = committed[:0]
 		old, err := getDelegation(txn, role, id, true)
 		if err != nil {
 			return err
@@ -98,9 +100,12 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 			if b.At.IsZero() {
 				b.At = now
 			}
-			if _, err := s.appendEvent(txn, role, id, b); err != nil {
+			seq, err := s.appendEvent(txn, role, id, b)
+			if err != nil {
 				return err
 			}
+			b.Seq = seq
+			committed = append(committed, b)
 		}
 		d.State, d.UpdatedAt = to, now
 		if err := putDelegation(txn, d, &old); err != nil {
@@ -117,9 +122,14 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		if d.LastSeq, err = s.appendEvent(txn, role, id, e); err != nil {
 			return err
 		}
+		e.Seq = d.LastSeq
+		committed = append(committed, e)
 		out = d
 		return nil
 	})
+	if err == nil {
+		s.notify(role, id, committed...)
+	}
 	return out, err
 }
 
@@ -139,6 +149,7 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 		return 0, err
 	}
 	var seq uint64
+	var committed Event
 	// Same lock as Transition: an event never slips between a transition's
 	// state check and its commit, so event order is state order.
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
@@ -154,8 +165,13 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 			e.At = s.clock()
 		}
 		seq, err = s.appendEvent(txn, role, id, e)
+		e.Seq = seq
+		committed = e
 		return err
 	})
+	if err == nil {
+		s.notify(role, id, committed)
+	}
 	return seq, err
 }
 

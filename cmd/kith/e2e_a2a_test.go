@@ -5,6 +5,7 @@ package main
 // only B serves, over the mesh.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -155,6 +156,13 @@ func TestA2AInteropJSSDK(t *testing.T) {
 		t.Fatalf("card verify: %v", r)
 	}
 
+	// The REST API on the listener: the token is required, and the SSE
+	// stream of every delegation event sees the A2A tasks.
+	if resp, err := http.Get(base + "/api/v1/a2a/node"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("REST without token: %v %v, want 401", resp, err)
+	}
+	events := followEvents(t, base, token)
+
 	for _, mode := range []string{"v1.0", "legacy"} {
 		t.Run(mode, func(t *testing.T) {
 			extra := []string{}
@@ -166,6 +174,11 @@ func TestA2AInteropJSSDK(t *testing.T) {
 			// The task is the delegation: B served it over the mesh.
 			if d := showJSON(t, a, taskID); d.State != "completed" || d.Peer != b.id || !d.Remote {
 				t.Fatalf("A's delegation %s: %+v, want completed by B", taskID, d)
+			}
+
+			if events != nil {
+				waitEvent(t, events, `"id":"`+taskID+`"`, `"state":"completed"`)
+				events = nil // the stream ends with the restart
 			}
 
 			a.restartSamePorts()
@@ -186,5 +199,55 @@ func TestA2AInteropJSSDK(t *testing.T) {
 				time.Sleep(pollEvery)
 			}
 		})
+	}
+}
+
+// followEvents reads GET /api/v1/a2a/events (server-sent events) in the
+// background and delivers its data lines.
+func followEvents(t *testing.T, base, token string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/a2a/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		cancel()
+		t.Fatalf("GET /events: %v %v", resp, err)
+	}
+	lines := make(chan string, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				select {
+				case lines <- d:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); resp.Body.Close(); <-done })
+	return lines
+}
+
+// waitEvent waits for an event line that contains every one of want.
+func waitEvent(t *testing.T, lines <-chan string, want ...string) {
+	t.Helper()
+	timeout := time.After(stateWait)
+	for {
+		select {
+		case l := <-lines:
+			ok := true
+			for _, w := range want {
+				ok = ok && strings.Contains(l, w)
+			}
+			if ok {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no event with %q on /events", want)
+		}
 	}
 }

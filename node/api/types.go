@@ -175,3 +175,15 @@ type Token struct {
 	// loopback, or require_token).
 	Required bool `json:"required"`
 }
+
+// DelegationEvent is one event of GET /events (server-sent events, "data:
+// <json>"): something happened to one of this node's delegations.
+type DelegationEvent struct {
+	ID       string    `json:"id"`
+	Role     string    `json:"role"`
+	Seq      uint64    `json:"seq"`
+	At       time.Time `json:"at"`
+	Type     string    `json:"type"`
+	State    string    `json:"state"`
+	Terminal bool      `json:"terminal"`
+}

@@ -286,4 +286,3 @@ func TestCardsSignedAndVerified(t *testing.T) {
 		t.Fatalf("node card skills = %+v", node.Skills)
 	}
 }
-
