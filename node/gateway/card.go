@@ -17,19 +17,22 @@ const PeerExtension = "https://github.com/kithmesh/kith/a2a/peer"
 // listener wants the token.
 const bearerScheme = "kithToken"
 
-func (g *Gateway) interfaces(url string) []*a2a.AgentInterface {
-	return []*a2a.AgentInterface{
-		{URL: url, ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2a.Version},
-		{URL: url, ProtocolBinding: a2a.TransportProtocolHTTPJSON, ProtocolVersion: a2a.Version},
-		{URL: url, ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version},
+// interfaces are an agent's endpoints, JSON-RPC v1.0 first (what current
+// clients pick). The node agent has no HTTP+JSON binding: its paths would
+// collide with the profiles' under /a2a/.
+func (g *Gateway) interfaces(url string, rest bool) []*a2a.AgentInterface {
+	out := []*a2a.AgentInterface{{URL: url, ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2a.Version}}
+	if rest {
+		out = append(out, &a2a.AgentInterface{URL: url, ProtocolBinding: a2a.TransportProtocolHTTPJSON, ProtocolVersion: a2a.Version})
 	}
+	return append(out, &a2a.AgentInterface{URL: url, ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version})
 }
 
-func (g *Gateway) baseCard(name, description, url string) *a2a.AgentCard {
+func (g *Gateway) baseCard(name, description, url string, rest bool) *a2a.AgentCard {
 	base := g.cfg.BaseURL()
 	card := &a2a.AgentCard{
 		Name: name, Description: description, Version: g.cfg.Version,
-		SupportedInterfaces: g.interfaces(url),
+		SupportedInterfaces: g.interfaces(url, rest),
 		Provider:            &a2a.AgentProvider{Org: "kith node " + g.cfg.Identity.PeerID().String(), URL: base},
 		Capabilities: a2a.AgentCapabilities{
 			Streaming: true, PushNotifications: false,
@@ -71,7 +74,7 @@ func skill(p profileInfo) a2a.AgentSkill {
 func (g *Gateway) NodeCard() (*a2a.AgentCard, error) {
 	card := g.baseCard("kith "+g.cfg.Identity.PeerID().String(),
 		"A kith mesh node. Each skill is a profile, served here or by a verified peer; "+
-			"send to /a2a/<profile>, or here with metadata.profile.", g.cfg.BaseURL()+"/a2a")
+			"send to /a2a/<profile>, or here with metadata.profile.", g.cfg.BaseURL()+"/a2a", false)
 	for _, p := range g.profiles() {
 		card.Skills = append(card.Skills, skill(p))
 	}
@@ -89,7 +92,7 @@ func (g *Gateway) ProfileCard(name string) (*a2a.AgentCard, bool, error) {
 	if desc == "" {
 		desc = "kith profile " + p.Name
 	}
-	card := g.baseCard(p.Name, desc, g.cfg.BaseURL()+"/a2a/"+p.Name)
+	card := g.baseCard(p.Name, desc, g.cfg.BaseURL()+"/a2a/"+p.Name, true)
 	card.Skills = []a2a.AgentSkill{skill(p)}
 	return card, true, SignCard(card, g.cfg.Identity, g.cfg.BaseURL()+"/.well-known/jwks.json")
 }

@@ -11,7 +11,7 @@
 //	POST /a2a/<profile>                        JSON-RPC: v1.0 when A2A-Version is 1.0, v0.3 when empty or 0.3
 //	     /a2a/<profile>/message:send, /tasks/… HTTP+JSON v1.0
 //	     /a2a/<profile>/v1/message:send, …     HTTP+JSON v0.3
-//	POST /a2a                                  JSON-RPC to the node agent: metadata "profile" picks one
+//	POST /a2a                                  JSON-RPC (v1.0 or v0.3) to the node agent: metadata "profile" picks one
 //
 // Tasks are not a second store: a task ID is the delegation ID (hex), the
 // task's state is the delegation's, its history is the offer's message and

@@ -70,7 +70,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /.well-known/jwks.json", g.serveJWKS)
 	mux.HandleFunc("GET /a2a/{profile}/.well-known/agent-card.json", g.serveProfileCard)
 	mux.HandleFunc("GET /a2a/{profile}/.well-known/agent.json", g.serveProfileCard)
-	mux.Handle("/a2a", g.agentHandler(""))
+	mux.Handle("POST /a2a", http.StripPrefix("/a2a", g.agentHandler("")))
 	mux.Handle("/a2a/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest := strings.TrimPrefix(r.URL.Path, "/a2a/")
 		name, _, _ := strings.Cut(rest, "/")

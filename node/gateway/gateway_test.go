@@ -286,3 +286,29 @@ func TestCardsSignedAndVerified(t *testing.T) {
 		t.Fatalf("node card skills = %+v", node.Skills)
 	}
 }
+
+// The node agent takes a message for any profile named in metadata.
+func TestNodeAgent(t *testing.T) {
+	tg := newTestGateway(t)
+	card, err := tg.gw.NodeCard()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a2aclient.NewFromCard(context.Background(), card)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy()
+	if _, err := c.SendMessage(context.Background(), textMsg("which one?")); !errors.Is(err, a2a.ErrInvalidParams) {
+		t.Fatalf("no profile named: %v, want InvalidParams", err)
+	}
+	req := textMsg("to echo")
+	req.Metadata = map[string]any{"profile": "echo"}
+	res, err := c.SendMessage(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task := res.(*a2a.Task); task.Status.State != a2a.TaskStateCompleted || task.Artifacts[0].Parts[0].Text() != "to echo" {
+		t.Fatalf("SendMessage via the node agent = %+v", task)
+	}
+}
