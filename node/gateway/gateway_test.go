@@ -312,3 +312,44 @@ func TestNodeAgent(t *testing.T) {
 		t.Fatalf("SendMessage via the node agent = %+v", task)
 	}
 }
+
+// SubscribeToTask follows a running task to its end; a finished task has
+// nothing to subscribe to.
+func TestSubscribeToTask(t *testing.T) {
+	tg := newTestGateway(t)
+	ctx := context.Background()
+	c := tg.client(t, "slow", a2a.TransportProtocolJSONRPC)
+	req := textMsg("forever")
+	req.Config = &a2a.SendMessageConfig{ReturnImmediately: true}
+	res, err := c.SendMessage(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.(*a2a.Task).ID
+	var last a2a.TaskState
+	first := true
+	for ev, err := range c.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: id}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e := ev.(type) {
+		case *a2a.Task:
+			if !first {
+				t.Fatal("a second task snapshot")
+			}
+			// Cancel once subscribed: the stream must end canceled.
+			go func() { _, _ = c.CancelTask(ctx, &a2a.CancelTaskRequest{ID: id}) }()
+		case *a2a.TaskStatusUpdateEvent:
+			last = e.Status.State
+		}
+		first = false
+	}
+	if last != a2a.TaskStateCanceled {
+		t.Fatalf("subscription ended at %s, want canceled", last)
+	}
+	for _, err := range c.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: id}) {
+		if !errors.Is(err, a2a.ErrUnsupportedOperation) {
+			t.Fatalf("subscribe to a finished task: %v, want UnsupportedOperation", err)
+		}
+	}
+}
