@@ -8,7 +8,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"iter"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+
+	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/gateway"
 )
 
@@ -249,5 +257,103 @@ func waitEvent(t *testing.T, lines <-chan string, want ...string) {
 		case <-timeout:
 			t.Fatalf("no event with %q on /events", want)
 		}
+	}
+}
+
+// upperAgent is an a2a-go agent: it streams the task's words in upper
+// case, or, for "hang", runs until it is cancelled (and says so).
+type upperAgent struct{ cancelled, running chan struct{} }
+
+func (a *upperAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		text := ec.Message.Parts[0].Text()
+		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) ||
+			!yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
+			return
+		}
+		if text == "hang" {
+			select {
+			case a.running <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return
+		}
+		for i, w := range strings.SplitAfter(strings.ToUpper(text), " ") {
+			e := a2a.NewArtifactUpdateEvent(ec, "out", a2a.NewTextPart(w))
+			e.Append = i > 0
+			if !yield(e, nil) {
+				return
+			}
+		}
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
+	}
+}
+
+func (a *upperAgent) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		select {
+		case a.cancelled <- struct{}{}:
+		default:
+		}
+		yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCanceled, nil), nil)
+	}
+}
+
+// TestE2EA2AExecutor: B's profile forwards to an a2a-go agent (in this
+// process, on loopback, behind a bearer token from B's environment); A
+// delegates to it over the mesh, and A's cancel reaches the agent.
+func TestE2EA2AExecutor(t *testing.T) {
+	agent := &upperAgent{cancelled: make(chan struct{}, 1), running: make(chan struct{}, 1)}
+	const token = "agent-s3cret"
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	rpc := a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(agent, a2asrv.WithLogger(slog.New(slog.DiscardHandler))))
+	mux.Handle("/.well-known/agent-card.json", a2asrv.NewStaticAgentCardHandler(&a2a.AgentCard{
+		Name: "upper", Description: "upper case", Version: "1", Capabilities: a2a.AgentCapabilities{Streaming: true},
+		SupportedInterfaces: []*a2a.AgentInterface{{URL: srv.URL + "/rpc", ProtocolBinding: a2a.TransportProtocolJSONRPC, ProtocolVersion: a2a.Version}},
+		Skills:              []a2a.AgentSkill{{ID: "upper", Name: "upper", Description: "upper", Tags: []string{}}},
+	}))
+	mux.Handle("/rpc", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "token", http.StatusUnauthorized)
+			return
+		}
+		rpc.ServeHTTP(w, r)
+	}))
+	t.Setenv("KITH_TEST_AGENT_TOKEN", token)
+	a, b := pair(t, fmt.Sprintf(`
+[[profiles]]
+name = "fwd"
+executor = "a2a"
+url = %q
+api_key_env = "KITH_TEST_AGENT_TOKEN"
+min_trust = "untrusted"
+`, srv.URL))
+
+	r := a.kith("delegate", "--profile", "fwd", "--peer", b.id, "--budget", "100", "shout this")
+	r.mustSucceed(t)
+	if r.stdout != "SHOUT THIS\n" {
+		t.Fatalf("delegate to the a2a profile: stdout %q, want %q", r.stdout, "SHOUT THIS\n")
+	}
+	mustVerify(t, a, delegationID(t, r), b, "completed")
+
+	c := a.client()
+	defer c.Close()
+	id, err := c.Delegate(context.Background(), api.DelegateRequest{Profile: "fwd", Peer: b.id, Text: "hang", Budget: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-agent.running:
+	case <-time.After(stateWait):
+		t.Fatal("the agent never got the long task")
+	}
+	a.kith("tasks", "cancel", id).mustSucceed(t)
+	select {
+	case <-agent.cancelled:
+	case <-time.After(stateWait):
+		t.Fatal("the cancel never reached the agent")
 	}
 }
