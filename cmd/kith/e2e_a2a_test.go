@@ -357,3 +357,99 @@ min_trust = "untrusted"
 		t.Fatal("the cancel never reached the agent")
 	}
 }
+
+// jsAgent runs interop/a2a-js/agent.mjs (the JavaScript SDK's server) and
+// returns its URL and the lines it prints afterwards.
+func jsAgent(t *testing.T, nodeBin, version string) (string, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(nodeBin, "agent.mjs", version)
+	cmd.Dir = interopDir
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent.mjs %s stderr:\n%s", version, stderr.String())
+		}
+	})
+	select {
+	case l, ok := <-lines:
+		var m struct{ URL string }
+		if !ok || json.Unmarshal([]byte(l), &m) != nil || m.URL == "" {
+			t.Fatalf("agent.mjs %s did not start: %q\n%s", version, l, stderr.String())
+		}
+		return m.URL, lines
+	case <-time.After(commandWait):
+		t.Fatalf("agent.mjs %s did not start", version)
+	}
+	return "", nil
+}
+
+// TestA2AExecutorJSAgent: B's a2a profiles forward to agents built with
+// the JavaScript SDK's server, one speaking v1.0 and one v0.3; A delegates
+// over the mesh, and A's cancel becomes the agent's cancelTask.
+func TestA2AExecutorJSAgent(t *testing.T) {
+	nodeBin := needInterop(t)
+	url10, lines10 := jsAgent(t, nodeBin, "1.0")
+	url03, lines03 := jsAgent(t, nodeBin, "0.3")
+	a, b := pair(t, fmt.Sprintf(`
+[[profiles]]
+name = "js10"
+executor = "a2a"
+url = %q
+min_trust = "untrusted"
+
+[[profiles]]
+name = "js03"
+executor = "a2a"
+url = %q
+min_trust = "untrusted"
+`, url10, url03))
+	for profile, lines := range map[string]<-chan string{"js10": lines10, "js03": lines03} {
+		t.Run(profile, func(t *testing.T) {
+			r := a.kith("delegate", "--profile", profile, "--peer", b.id, "--budget", "100", "shout this")
+			r.mustSucceed(t)
+			if r.stdout != "SHOUT THIS\n" {
+				t.Fatalf("delegate to %s: stdout %q, want %q", profile, r.stdout, "SHOUT THIS\n")
+			}
+			c := a.client()
+			defer c.Close()
+			id, err := c.Delegate(context.Background(), api.DelegateRequest{Profile: profile, Peer: b.id, Text: "hang", Budget: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(stateWait)
+			for showJSON(t, b, id).State != "running" {
+				if time.Now().After(deadline) {
+					t.Fatalf("B never ran %s", id)
+				}
+				time.Sleep(pollEvery)
+			}
+			a.kith("tasks", "cancel", id).mustSucceed(t)
+			select {
+			case l := <-lines:
+				if !strings.Contains(l, `"cancelled"`) {
+					t.Fatalf("agent printed %q, want a cancel", l)
+				}
+			case <-time.After(stateWait):
+				t.Fatal("the cancel never reached the JavaScript agent")
+			}
+		})
+	}
+}

@@ -87,6 +87,9 @@ func (x *A2A) agentCard(ctx context.Context, hc *http.Client) (*a2a.AgentCard, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: a2a: card: %v", ErrFailed, err)
 	}
+	// Servers that speak both answer a versionless request with a v0.3
+	// card; ask for the newest (one that speaks only v0.3 ignores it).
+	req.Header.Set("A2A-Version", string(a2a.Version))
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: a2a: agent unreachable: %v", ErrFailed, err)
