@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
@@ -97,9 +98,12 @@ func (g *Gateway) agentHandler(profile string) http.Handler {
 		return h
 	}
 	rh := &agent{g: g, profile: profile}
-	rpc := g.rpc(a2asrv.NewJSONRPCHandler(rh), a2av0.NewJSONRPCHandler(rh))
-	rest1 := g.rest(a2asrv.NewRESTHandler(rh))
-	rest0 := g.rest(a2av0.NewRESTHandler(rh))
+	// Streams of a long task may carry nothing for minutes; keep-alives
+	// keep proxies and clients from giving up on them.
+	ka := a2asrv.WithTransportKeepAlive(15 * time.Second)
+	rpc := g.rpc(a2asrv.NewJSONRPCHandler(rh, ka), a2av0.NewJSONRPCHandler(rh, ka))
+	rest1 := g.rest(a2asrv.NewRESTHandler(rh, ka))
+	rest0 := g.rest(a2av0.NewRESTHandler(rh, ka))
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch p := r.URL.Path; {
 		case p == "" || p == "/":

@@ -33,6 +33,10 @@ const (
 	metaProfile = "profile"      // node agent only: which profile
 )
 
+// selectTimeout bounds finding a provider for a message (capability
+// queries included).
+const selectTimeout = 30 * time.Second
+
 // outputArtifact is the ID of the artifact that carries a task's output.
 const outputArtifact a2a.ArtifactID = "output"
 
@@ -242,9 +246,12 @@ func (a *agent) start(ctx context.Context, req *a2a.SendMessageRequest) (store.D
 	if ctxID == "" {
 		ctxID = a2a.NewContextID()
 	}
-	// The delegation outlives this request: a client that disconnects
-	// does not cancel it (CancelTask does).
-	id, err := a.g.cfg.Engine.Delegate(context.WithoutCancel(ctx), delegation.Request{
+	// ctx bounds only the choice of a provider: the delegation itself runs
+	// on the engine, so a client that disconnects does not cancel it
+	// (CancelTask does).
+	selectCtx, cancel := context.WithTimeout(ctx, selectTimeout)
+	defer cancel()
+	id, err := a.g.cfg.Engine.Delegate(selectCtx, delegation.Request{
 		Profile: profile, Task: protocol.Task{Role: "user", Parts: parts},
 		ContextID: protocol.ContextID(ctxID), BudgetTokens: budget,
 	})
