@@ -28,14 +28,22 @@ var (
 	ErrBadVersion     = errors.New("crypto: unsupported envelope version")
 	ErrFrameTooShort  = errors.New("crypto: sealed frame too short")
 	ErrSequence       = errors.New("crypto: frame sequence exhausted")
+	// ErrLifetimeTooLong: the header asks to stay valid for longer than
+	// MaxEnvelopeTTL plus the allowed clock skew. Its message ID would have
+	// to be remembered that long, so a flood of such headers could grow
+	// the replay cache without bound.
+	ErrLifetimeTooLong = errors.New("crypto: envelope lifetime too long")
 )
 
 // EnvelopeVersion is the header version this package writes and accepts.
 const EnvelopeVersion = 1
 
-// Defaults for header lifetimes.
+// Header lifetimes. A receiver refuses a header whose expires_at − issued_at
+// exceeds MaxEnvelopeTTL plus its allowed skew (ErrLifetimeTooLong), so a
+// replay cache entry never outlives issued_at + MaxEnvelopeTTL + 2×skew.
 const (
 	DefaultEnvelopeTTL = 5 * time.Minute
+	MaxEnvelopeTTL     = DefaultEnvelopeTTL
 	DefaultMaxSkew     = 30 * time.Second
 )
 
@@ -65,7 +73,7 @@ var (
 // DialParams describe the header of a new stream.
 type DialParams struct {
 	Type uint32        // message type of the stream's first message
-	TTL  time.Duration // how long the header stays valid; DefaultEnvelopeTTL if 0
+	TTL  time.Duration // how long the header stays valid; DefaultEnvelopeTTL if 0, at most MaxEnvelopeTTL
 	// Now and Rand are injectable for golden vectors; time.Now and
 	// crypto/rand when nil. Rand supplies only the message ID; the HPKE
 	// ephemeral key always comes from crypto/rand (tests make that
@@ -102,6 +110,10 @@ func dialKey(id *Identity, to peer.ID, pub hpkePublicKey, p DialParams) (*Initia
 	ttl := p.TTL
 	if ttl <= 0 {
 		ttl = DefaultEnvelopeTTL
+	}
+	if ttl > MaxEnvelopeTTL {
+		// Receivers would refuse the header; fail here, where the cause is.
+		return nil, nil, fmt.Errorf("%w: TTL %s, at most %s", ErrLifetimeTooLong, ttl, MaxEnvelopeTTL)
 	}
 	r := p.Rand
 	if r == nil {
@@ -193,7 +205,8 @@ type Responder struct {
 
 // Accept checks a Hello frame and sets up the responder side. The checks run
 // in this order, before any decryption: shape, version, recipient is self,
-// sender is the stream's remote peer, signature, time window, replay.
+// sender is the stream's remote peer, signature, time window and lifetime,
+// replay.
 func Accept(id *Identity, hello []byte, p AcceptParams) (*Responder, error) {
 	if p.Replay == nil {
 		return nil, errors.New("crypto: Accept needs a replay cache")
@@ -239,6 +252,10 @@ func Accept(id *Identity, hello []byte, p AcceptParams) (*Responder, error) {
 	}
 	if !h.ExpiresAt.After(h.IssuedAt) {
 		return nil, fmt.Errorf("%w: expires before it was issued", ErrExpired)
+	}
+	if life := h.ExpiresAt.Sub(h.IssuedAt); life > MaxEnvelopeTTL+skew {
+		return nil, fmt.Errorf("%w: %s from issued_at to expires_at, at most %s (TTL %s + skew %s)",
+			ErrLifetimeTooLong, life, MaxEnvelopeTTL+skew, MaxEnvelopeTTL, skew)
 	}
 	priv, err := hpke.NewDHKEMPrivateKey(id.EnvelopeKey())
 	if err != nil {

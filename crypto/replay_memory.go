@@ -1,6 +1,7 @@
 package crypto
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -14,6 +15,9 @@ type MemoryReplayCache struct {
 	mu   sync.Mutex
 	seen map[replayKey]time.Time
 	now  func() time.Time
+	// Max is the most live entries it holds (DefaultMaxReplayEntries if
+	// 0); set it before first use.
+	Max int
 }
 
 type replayKey struct {
@@ -38,13 +42,20 @@ func (c *MemoryReplayCache) CheckAndRemember(sender peer.ID, id MessageID, expir
 	if exp, ok := c.seen[k]; ok && now.Before(exp) {
 		return true, nil
 	}
-	c.seen[k] = expires
-	if len(c.seen) > 4096 {
+	limit := c.Max
+	if limit <= 0 {
+		limit = DefaultMaxReplayEntries
+	}
+	if len(c.seen) >= limit {
 		for k, exp := range c.seen {
 			if !now.Before(exp) {
 				delete(c.seen, k)
 			}
 		}
+		if len(c.seen) >= limit {
+			return false, fmt.Errorf("%w: %d live entries", ErrReplayCacheFull, len(c.seen))
+		}
 	}
+	c.seen[k] = expires
 	return false, nil
 }

@@ -272,7 +272,7 @@ func offers(a *protocol.CapabilityAssertion, profile string) bool {
 // ranks them without a round trip; peers of which nothing fresh is known
 // are asked. The winner is then asked directly (unless a fresh answer is
 // cached), because only a query answer says what this node may use.
-func (e *Engine) choose(ctx context.Context, profile string) (peer.ID, *protocol.CapabilityAssertion, error) {
+func (e *Engine) choose(ctx context.Context, profile string, size int) (peer.ID, *protocol.CapabilityAssertion, error) {
 	if e.cfg.Finder == nil {
 		return "", nil, fmt.Errorf("%w: %q (no local profile, no peer named, no discovery)", ErrNoProvider, profile)
 	}
@@ -295,7 +295,7 @@ func (e *Engine) choose(ctx context.Context, profile string) (peer.ID, *protocol
 			}
 			a = q
 		}
-		if a == nil || !offers(a, profile) || a.Capacity.FreeSlots == 0 {
+		if a == nil || !offers(a, profile) || a.Capacity.FreeSlots == 0 || a.PayloadLimit() < size {
 			continue
 		}
 		c := candidate{id: p, a: a, trust: e.trustOf(p)}
@@ -311,7 +311,7 @@ func (e *Engine) choose(ctx context.Context, profile string) (peer.ID, *protocol
 			e.log.Debug("capability query failed", "peer", c.id, "err", err)
 			continue
 		}
-		if offers(a, profile) && a.Capacity.FreeSlots > 0 {
+		if offers(a, profile) && a.Capacity.FreeSlots > 0 && a.PayloadLimit() >= size {
 			return c.id, a, nil
 		}
 	}

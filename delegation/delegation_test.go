@@ -147,7 +147,7 @@ func TestLoopDetected(t *testing.T) {
 				if err != nil {
 					return executor.Result{}, err
 				}
-				return executor.Result{}, errors.New("child " + d.State.String() + ": " + d.Reason)
+				return executor.Result{}, executor.Tell("child %s: %s", d.State, d.Reason)
 			})})
 	})
 	a, b := nodes[0], nodes[1]

@@ -99,11 +99,16 @@ type Config struct {
 	// flooding peer cannot take them all; half of MaxRemoteConcurrent
 	// (at least 1) if 0.
 	MaxRemotePerPeer int
-	DefaultTimeout   time.Duration // 5m if 0
-	MaxTimeout       time.Duration // 1h if 0
-	DefaultHopLimit  uint32        // 4 if 0
-	CapabilityTTL    time.Duration // lifetime of signed capability assertions; 5m if 0
-	Conn             protocol.ConnOptions
+	// MaxUntrustedRemote caps the remote slots that untrusted peers hold
+	// together, so that any number of fresh identities cannot keep the
+	// pool from the peers the user verified or trusted; a quarter of
+	// MaxRemoteConcurrent (at least 1) if 0, none if negative.
+	MaxUntrustedRemote int
+	DefaultTimeout     time.Duration // 5m if 0
+	MaxTimeout         time.Duration // 1h if 0
+	DefaultHopLimit    uint32        // 4 if 0
+	CapabilityTTL      time.Duration // lifetime of signed capability assertions; 5m if 0
+	Conn               protocol.ConnOptions
 	// ReattachBackoff is the first wait between reattach attempts; it
 	// doubles up to 5s. 200ms if 0.
 	ReattachBackoff time.Duration
@@ -120,6 +125,13 @@ func (c *Config) setDefaults() {
 	if c.MaxRemotePerPeer <= 0 {
 		c.MaxRemotePerPeer = max(1, c.MaxRemoteConcurrent/2)
 	}
+	switch {
+	case c.MaxUntrustedRemote == 0:
+		c.MaxUntrustedRemote = max(1, c.MaxRemoteConcurrent/4)
+	case c.MaxUntrustedRemote < 0:
+		c.MaxUntrustedRemote = 0
+	}
+	c.MaxUntrustedRemote = min(c.MaxUntrustedRemote, c.MaxRemoteConcurrent)
 	if c.DefaultTimeout <= 0 {
 		c.DefaultTimeout = 5 * time.Minute
 	}
@@ -156,6 +168,10 @@ type Engine struct {
 	id    *crypto.Identity
 	st    *store.Store
 	slots chan struct{} // remote pool
+	// maxPayload is the largest task and result this node carries, in
+	// bytes of part content: protocol.MaxPayload, or less when the store
+	// cannot hold that much. Capability assertions advertise it.
+	maxPayload int
 
 	mu         sync.Mutex
 	profiles   map[string]*Profile
@@ -168,6 +184,7 @@ type Engine struct {
 	queries    *peerLimiter
 	streams    *peerLimiter    // twice the offer and query rates together
 	perPeer    map[peer.ID]int // remote slots held, by peer
+	untrusted  int             // remote slots held by untrusted peers
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -175,6 +192,14 @@ type Engine struct {
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
 }
+
+// payloadMargin is what an offer or result holds beside its parts
+// (identifiers, chain, proof), kept free below the store's value cap.
+const payloadMargin = 64 << 10
+
+// MaxPayload is the largest task and result this node carries, in bytes of
+// part content.
+func (e *Engine) MaxPayload() int { return e.maxPayload }
 
 type subKey struct {
 	role store.Role
@@ -192,6 +217,7 @@ func New(cfg Config) (*Engine, error) {
 		log:        cfg.Logger.With("component", "delegation"),
 		id:         cfg.Identity,
 		st:         cfg.Store,
+		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
 		slots:      make(chan struct{}, cfg.MaxRemoteConcurrent),
 		profiles:   make(map[string]*Profile),
 		running:    make(map[protocol.DelegationID]*task),
@@ -380,6 +406,8 @@ const (
 	EventCancel   = "cancel"
 	EventReattach = "reattach"
 	EventNote     = "note"
+	// EventResult's Data is empty in the log: the result is the
+	// delegation's Result, stored once.
 	// EventReoffer starts a new attempt at another provider after a
 	// preemption: the transcript of a result covers the events after it.
 	EventReoffer = "reoffered"

@@ -14,6 +14,10 @@ var (
 	ErrNotRunning   = errors.New("delegation: engine is not running")
 	ErrBadRequest   = errors.New("delegation: invalid request")
 	ErrProofInvalid = errors.New("delegation: result proof does not verify")
+	// ErrTooLarge: the task is larger than this node, or the chosen
+	// provider, carries (protocol.MaxPayload, or less where a store or a
+	// peer holds less). Nothing was stored or sent.
+	ErrTooLarge = errors.New("delegation: task too large")
 )
 
 // RejectedError is a provider's typed refusal of an offer.
@@ -38,4 +42,18 @@ const (
 	ReasonProofInvalid       = "proof_invalid"
 	ReasonTimeout            = "timeout"
 	ReasonUnreachable        = "provider_unreachable"
+	// ReasonProtocolViolation: the provider sent a message its state does
+	// not allow (a result before its accept, a reject after it).
+	ReasonProtocolViolation = "protocol_violation"
+	// ReasonOutputViolation: the provider streamed more output than the
+	// offered budget allows, or status frames faster than the cap.
+	ReasonOutputViolation = "output_violation"
+	// ReasonPayloadTooLarge: a task or result is larger than a side carries.
+	ReasonPayloadTooLarge = "payload_too_large"
+	// ReasonStore: this node could not write the delegation's record (disk
+	// full, a value over the store's cap); retrying would not help.
+	ReasonStore = "store_error"
+	// ReasonExecutor: the profile's executor failed. Peers get this and a
+	// short safe message; the detail stays in the provider's log and store.
+	ReasonExecutor = "executor_failed"
 )

@@ -27,6 +27,7 @@ type testNode struct {
 	id   *crypto.Identity
 	host host.Host
 	dir  string
+	mn   mocknet.Mocknet // the network the node is on
 
 	mu     sync.Mutex
 	eng    *Engine
@@ -62,7 +63,7 @@ func newMesh(t *testing.T, n int, cfg func(i int, c *Config)) []*testNode {
 			t.Fatal(err)
 		}
 		i := i
-		nodes[i] = &testNode{t: t, id: id, host: h, dir: filepath.Join(t.TempDir(), "store")}
+		nodes[i] = &testNode{t: t, id: id, host: h, mn: mn, dir: filepath.Join(t.TempDir(), "store")}
 		if cfg != nil {
 			nodes[i].cfg = func(c *Config) { cfg(i, c) }
 		}

@@ -50,7 +50,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 		return offer.ID, e.st.CreateDelegation(d, store.Event{Type: EventRejected})
 	}
 	t := &task{
-		id: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
+		id: offer.ID, wire: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
 		offerHash: sha256.Sum256(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
 	}
 	// Local work leases its VRAM with priority: remote leases in the way

@@ -1,6 +1,7 @@
 package delegation
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -86,6 +87,8 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 		GrantedTrust: trust,
 		IssuedAt:     now,
 		ExpiresAt:    now.Add(e.cfg.CapabilityTTL),
+
+		MaxPayloadBytes: uint64(e.maxPayload),
 	}
 	e.mu.Lock()
 	for _, p := range e.profiles {
@@ -160,6 +163,9 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 	if !ok {
 		return nil, &RejectedError{protocol.ReasonNoMatchingProfile, fmt.Sprintf("no profile %q here", o.Profile)}
 	}
+	if n := protocol.PayloadSize(o.Task.Parts); n > e.maxPayload {
+		return nil, &RejectedError{protocol.ReasonPayloadTooLarge, fmt.Sprintf("task of %d bytes, this node carries at most %d", n, e.maxPayload)}
+	}
 	if trust := e.trustOf(remote); trust < p.MinTrust {
 		return nil, &RejectedError{protocol.ReasonNotAllowed,
 			fmt.Sprintf("profile %q needs trust %s, this peer is %s", o.Profile, p.MinTrust, trust)}
@@ -203,12 +209,18 @@ func (e *Engine) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.L
 }
 
 // takeSlot takes a remote-pool slot for p, or says why not: the pool is
-// full, or p already holds its share of it.
-func (e *Engine) takeSlot(p peer.ID) *RejectedError {
+// full, p already holds its share of it, or p is untrusted and the slots
+// untrusted peers may share are taken (the rest stay for the peers the user
+// verified or trusted, however many identities a stranger makes).
+func (e *Engine) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if held := e.perPeer[p]; held >= e.cfg.MaxRemotePerPeer {
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("this peer already holds %d of its %d remote slots", held, e.cfg.MaxRemotePerPeer)}
+	}
+	untrusted := trust < protocol.Verified
+	if untrusted && e.untrusted >= e.cfg.MaxUntrustedRemote {
+		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("the %d remote slots open to untrusted peers are in use", e.cfg.MaxUntrustedRemote)}
 	}
 	select {
 	case e.slots <- struct{}{}:
@@ -216,15 +228,21 @@ func (e *Engine) takeSlot(p peer.ID) *RejectedError {
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("all %d remote slots in use", cap(e.slots))}
 	}
 	e.perPeer[p]++
+	if untrusted {
+		e.untrusted++
+	}
 	return nil
 }
 
-func (e *Engine) releaseSlot(p peer.ID) {
+func (e *Engine) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	<-e.slots
 	if e.perPeer[p]--; e.perPeer[p] <= 0 {
 		delete(e.perPeer, p)
+	}
+	if trust < protocol.Verified {
+		e.untrusted--
 	}
 }
 
@@ -243,11 +261,8 @@ func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
 
 func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
 	// A repeated offer (the requester lost our accept) is a reattach.
-	if d, err := e.st.GetDelegation(store.RoleProvider, o.ID); err == nil {
-		if d.Peer != remote {
-			e.reject(c, remote, o.ID, &RejectedError{protocol.ReasonNotAllowed, "delegation id belongs to another peer"})
-			return
-		}
+	key, found := e.providerKey(remote, o.ID)
+	if found {
 		e.serveReattach(ctx, c, remote, &protocol.DelegationStatus{ID: o.ID, Query: true})
 		return
 	}
@@ -256,39 +271,40 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		e.reject(c, remote, o.ID, rej)
 		return
 	}
-	if rej := e.takeSlot(remote); rej != nil {
+	trust := e.trustOf(remote)
+	if rej := e.takeSlot(remote, trust); rej != nil {
 		e.reject(c, remote, o.ID, rej)
 		return
 	}
 	timeout := e.timeoutFor(p, o.Timeout)
 	now := e.cfg.Now()
 	t := &task{
-		id: o.ID, role: store.RoleProvider, requester: remote, offer: o,
+		id: key, wire: o.ID, role: store.RoleProvider, requester: remote, trust: trust, offer: o,
 		offerHash: sha256.Sum256(raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
 	lease, rej := e.lease(p, o.ID, false)
 	if rej != nil {
-		e.releaseSlot(remote)
+		e.releaseSlot(remote, trust)
 		e.reject(c, remote, o.ID, rej)
 		return
 	}
 	t.lease = lease
 	accept, running, err := t.opening()
 	if err != nil {
-		e.releaseSlot(remote)
+		e.releaseSlot(remote, trust)
 		t.releaseLease()
 		return
 	}
 	d := store.Delegation{
-		ID: o.ID, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
+		ID: key, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
 		ContextID: o.ContextID, Profile: o.Profile, State: protocol.StateRunning,
 		BudgetTokens: o.BudgetTokens, Offer: raw, Deadline: t.deadline,
 	}
 	// Persist before acknowledging: the accept goes out only once the
 	// delegation and its first events are durable, in one write.
 	if err := e.st.CreateDelegation(d, accept, running); err != nil {
-		e.releaseSlot(remote)
+		e.releaseSlot(remote, trust)
 		t.releaseLease()
 		e.log.Error("store offer", "delegation", o.ID, "err", err)
 		return
@@ -303,6 +319,30 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	e.readRequester(c, remote, t)
 }
 
+// providerKey is where this node keeps the delegation that remote calls
+// id, and whether it has one. IDs are the requester's choice, so two peers
+// may name the same one (never by chance: to probe, on purpose). The first
+// keeps it; a later peer's is kept under an ID derived from its peer ID and
+// the one it chose. Each peer so sees only its own delegations, and an
+// offer or a query answers the same whether or not another peer uses the ID.
+func (e *Engine) providerKey(remote peer.ID, id protocol.DelegationID) (protocol.DelegationID, bool) {
+	d, err := e.st.DelegationInfo(store.RoleProvider, id)
+	if err != nil {
+		return id, false
+	}
+	if d.Peer == remote {
+		return id, true
+	}
+	h := sha256.New()
+	h.Write([]byte("kith/provider-key/v1\x00"))
+	h.Write([]byte(remote))
+	h.Write(id[:])
+	var key protocol.DelegationID
+	copy(key[:], h.Sum(nil))
+	d, err = e.st.DelegationInfo(store.RoleProvider, key)
+	return key, err == nil && d.Peer == remote
+}
+
 // readRequester reads what the requester sends on an attached stream
 // (cancel) until the task is over and the requester has closed its side,
 // which is how it acknowledges the result.
@@ -314,7 +354,7 @@ func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 			return
 		}
 		e.trace(Received, remote, m)
-		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.id {
+		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.wire {
 			e.cancelTask(remote, cm.ID, cm.Reason)
 		}
 	}
@@ -336,10 +376,15 @@ func (e *Engine) startTask(ctx context.Context, t *task) {
 	}()
 }
 
-// cancelTask stops a running task on its requester's word.
+// cancelTask stops a running task on its requester's word; id is the
+// requester's name for it.
 func (e *Engine) cancelTask(remote peer.ID, id protocol.DelegationID, reason string) {
+	key, found := e.providerKey(remote, id)
+	if !found {
+		return
+	}
 	e.mu.Lock()
-	t := e.running[id]
+	t := e.running[key]
 	e.mu.Unlock()
 	if t == nil || t.requester != remote {
 		return
@@ -354,13 +399,17 @@ func (e *Engine) cancelTask(remote peer.ID, id protocol.DelegationID, reason str
 // instead of one per token.
 const flushInterval = 100 * time.Millisecond
 
+// providerFlushBytes is the most output one status carries: a fast
+// executor's output goes out in pieces of this size.
+const providerFlushBytes = 256 << 10
+
 func (e *Engine) runTask(ctx context.Context, t *task) {
 	defer func() {
 		e.mu.Lock()
 		delete(e.running, t.id)
 		e.mu.Unlock()
 		if t.remote {
-			e.releaseSlot(t.requester)
+			e.releaseSlot(t.requester, t.trust)
 		}
 		t.releaseLease()
 		close(t.done)
@@ -385,7 +434,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 		if len(pending) == 0 {
 			return
 		}
-		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq(),
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
 			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
 		pending = pending[:0]
 		lastFlush = time.Now()
@@ -393,7 +442,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	}
 	res, err := t.profile.Executor.Execute(ctx, taskInput(t.offer), func(u executor.Update) {
 		pending = append(pending, u.Text...)
-		if time.Since(lastFlush) >= flushInterval || len(pending) > 64<<10 {
+		if time.Since(lastFlush) >= flushInterval || len(pending) >= providerFlushBytes {
 			flush()
 		}
 	})
@@ -401,27 +450,33 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	// write: a fast task costs one write after its accept, not two.
 	var tail []store.Event
 	if len(pending) > 0 {
-		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq(),
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
 			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
 		if b, err := protocol.EncodeMessage(st); err == nil {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StateRunning, Data: b})
 		}
 	}
 
-	state, reason := protocol.StateCompleted, ""
+	state, reason, detail := protocol.StateCompleted, "", ""
 	if errors.Is(err, executor.ErrBudgetExceeded) {
 		// The backend overran the budget and said so: report the usage
 		// honestly (the requester records the violation), keep the output.
 		err, reason = nil, "backend reported usage above the budget"
 	}
 	if err != nil {
-		state, reason = protocol.StateFailed, err.Error()
+		state = protocol.StateFailed
 		var sc *stopCause
 		switch {
 		case errors.As(context.Cause(ctx), &sc):
 			state, reason = sc.state, sc.reason
 		case e.stopping():
 			reason = ReasonProviderShutdown
+		default:
+			// An executor's error names local commands, paths and URLs:
+			// the peer gets the rule, this node's log and store the detail.
+			reason = ReasonExecutor + ": " + peerMessage(err)
+			detail = ReasonExecutor + ": " + err.Error()
+			e.log.Warn("executor failed", "delegation", t.id, "profile", t.profile.Name, "err", err)
 		}
 	}
 	usage := protocol.Usage{Prompt: res.Usage.Prompt, Completion: res.Usage.Completion, Total: res.Usage.Total}
@@ -429,18 +484,24 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 	if res.Text != "" {
 		out = append(out, protocol.TextPart(res.Text))
 	}
+	if n, limit := protocol.PayloadSize(out), e.outputCap(t.offer.BudgetTokens); n > limit {
+		state, reason, out = protocol.StateFailed, fmt.Sprintf("%s: output of %d bytes, at most %d for this budget", ReasonPayloadTooLarge, n, limit), []protocol.Part{}
+	}
+	if !t.remote && detail != "" {
+		reason, detail = detail, "" // local work: this node is the requester
+	}
 	if res.StoppedAtBudget && reason == "" {
 		reason = "stopped at token budget"
 	}
 	if state == protocol.StatePreempted {
 		// The requester hears of the preemption as a status first, so that
 		// it can re-offer the task at once (DESIGN.md).
-		st := &protocol.DelegationStatus{ID: t.id, State: protocol.StatePreempted, Seq: t.nextSeq(), Reason: reason}
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StatePreempted, Seq: t.nextSeq(), Reason: reason}
 		if b, err := protocol.EncodeMessage(st); err == nil {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
-	e.finish(t.role, t.id, t.requester, t.offerHash, state, reason, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+	e.finish(t.role, t.id, t.wire, t.requester, t.offerHash, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
 // emitStatus persists a status (streamed output) and then sends it.
@@ -459,13 +520,35 @@ func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus) error {
 	return nil
 }
 
+// peerMessage is what a requester may hear of an executor's failure: what
+// a handler chose to tell (executor.Tell), the typed reason a child
+// delegation was rejected with, or nothing more than that it failed.
+func peerMessage(err error) string {
+	if m := executor.PeerMessage(err); m != "" {
+		return m
+	}
+	var rej *RejectedError
+	if errors.As(err, &rej) {
+		return "a child delegation was rejected: " + rej.Reason.String()
+	}
+	return "the profile's executor failed (details are in the provider's log)"
+}
+
+// outcomeReason is why a delegation ended: wire is what the requester is
+// told, local (when set) what this node's store records instead.
+type outcomeReason struct{ wire, local string }
+
 // finish signs and stores the result, with tail (statuses not yet stored
 // or sent) in the same write, then sends tail and the result through
 // deliver. The first terminal state wins: if the delegation already ended,
 // nothing is sent from here.
-func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester peer.ID, offerHash [32]byte,
-	state protocol.State, reason string, out []protocol.Part, usage protocol.Usage, took time.Duration,
+//
+// id is where the store keeps the delegation, wire what the requester
+// calls it (the same but for a foreign ID, see providerKey).
+func (e *Engine) finish(role store.Role, id, wire protocol.DelegationID, requester peer.ID, offerHash [32]byte,
+	state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage, took time.Duration,
 	tail []store.Event, deliver func([]byte)) {
+	reason := why.wire
 	events, err := e.st.Events(role, id, 0)
 	if err != nil {
 		e.log.Error("read events", "delegation", id, "err", err)
@@ -474,7 +557,7 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 	events = append(events, tail...)
 	now := e.cfg.Now()
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
-		DelegationID: id, Requester: requester, Provider: e.id.PeerID(),
+		DelegationID: wire, Requester: requester, Provider: e.id.PeerID(),
 		OfferSHA256: offerHash, TranscriptSHA256: transcriptHash(events),
 		Usage: usage, CompletedAt: now, State: state,
 	})
@@ -482,7 +565,7 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 		e.log.Error("sign result proof", "delegation", id, "err", err)
 		return
 	}
-	res := &protocol.DelegationResult{ID: id, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
+	res := &protocol.DelegationResult{ID: wire, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
 	if e.mutateResult != nil {
 		e.mutateResult(res)
 	}
@@ -491,9 +574,9 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 		e.log.Error("encode result", "delegation", id, "err", err)
 		return
 	}
-	_, err = e.transitionAfter(role, id, tail, state, store.Event{Type: EventResult, Data: raw}, func(d *store.Delegation) {
+	_, err = e.transitionAfter(role, id, tail, state, store.Event{Type: EventResult}, func(d *store.Delegation) {
 		d.Result = raw
-		d.Reason = reason
+		d.Reason = cmp.Or(why.local, reason)
 		d.Usage = store.Usage(usage)
 	})
 	if err != nil {
@@ -519,19 +602,19 @@ func (e *Engine) finish(role store.Role, id protocol.DelegationID, requester pee
 // serveReattach answers a requester's "where is delegation X": it replays
 // everything sent so far and, while the task runs, attaches the stream.
 func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
-	d, err := e.st.GetDelegation(store.RoleProvider, q.ID)
-	if err != nil || d.Peer != remote {
+	key, found := e.providerKey(remote, q.ID)
+	if !found {
 		// Unknown, or someone else's: the same answer, so that IDs cannot be probed.
 		_ = e.send(c, remote, &protocol.DelegationStatus{ID: q.ID, State: protocol.StateUnknown})
 		return
 	}
 	e.mu.Lock()
-	t := e.running[q.ID]
+	t := e.running[key]
 	if t != nil {
 		t.mu.Lock() // hold off live sends while the history is read and replayed
 	}
 	e.mu.Unlock()
-	events, err := e.st.Events(store.RoleProvider, q.ID, 0)
+	events, err := e.st.Events(store.RoleProvider, key, 0)
 	if err != nil {
 		if t != nil {
 			t.mu.Unlock()
@@ -561,7 +644,7 @@ func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote pee
 			return
 		}
 	}
-	d, err = e.st.GetDelegation(store.RoleProvider, q.ID)
+	d, err := e.st.GetDelegation(store.RoleProvider, key)
 	if err != nil || len(d.Result) == 0 {
 		return
 	}
@@ -582,11 +665,17 @@ func (e *Engine) recoverProvider() error {
 	}
 	for _, d := range open {
 		var hash [32]byte
+		wire := d.ID
 		if len(d.Offer) > 0 {
 			hash = sha256.Sum256(d.Offer)
+			if m, err := protocol.DecodeMessage(d.Offer); err == nil {
+				if o, ok := m.(*protocol.DelegationOffer); ok {
+					wire = o.ID
+				}
+			}
 		}
 		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
-		e.finish(store.RoleProvider, d.ID, d.Peer, hash, protocol.StateFailed, ReasonProviderRestarted, nil, protocol.Usage{}, 0, nil, func([]byte) {})
+		e.finish(store.RoleProvider, d.ID, wire, d.Peer, hash, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
 	}
 	return nil
 }

@@ -23,9 +23,14 @@ func (e *Engine) Wait(ctx context.Context, id protocol.DelegationID) (store.Dele
 	ch, cancel := e.Subscribe(store.RoleRequester, id)
 	defer cancel()
 	for {
-		d, err := e.Get(id)
-		if err != nil || d.State.Terminal() {
-			return d, err
+		// The record alone says whether it is over: reading a large offer
+		// on every streamed status would cost more than the stream.
+		d, err := e.st.DelegationInfo(store.RoleRequester, id)
+		if err != nil {
+			return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
+		}
+		if d.State.Terminal() {
+			return e.Get(id)
 		}
 		select {
 		case <-ctx.Done():

@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"golang.org/x/time/rate"
 
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
@@ -48,6 +50,12 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 	if err := protocol.CheckProfileName(req.Profile); err != nil {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	// Too large is refused here, before anything is stored or sent: no
+	// retry could make it fit.
+	size := protocol.PayloadSize(req.Task.Parts)
+	if size > e.maxPayload {
+		return protocol.DelegationID{}, fmt.Errorf("%w: %d bytes of content, this node carries at most %d", ErrTooLarge, size, e.maxPayload)
+	}
 	if req.Timeout <= 0 {
 		req.Timeout = e.cfg.DefaultTimeout
 	}
@@ -62,7 +70,7 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 	target := req.Peer
 	var caps *protocol.CapabilityAssertion
 	if target == "" {
-		best, a, err := e.choose(ctx, req.Profile)
+		best, a, err := e.choose(ctx, req.Profile, size)
 		if err != nil {
 			return protocol.DelegationID{}, err
 		}
@@ -73,6 +81,9 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 			return protocol.DelegationID{}, fmt.Errorf("delegation: capabilities of %s: %w", target, err)
 		}
 		caps = a
+	}
+	if limit := caps.PayloadLimit(); size > limit {
+		return protocol.DelegationID{}, fmt.Errorf("%w: %d bytes of content, provider %s carries at most %d", ErrTooLarge, size, target, limit)
 	}
 	if req.BudgetTokens == 0 {
 		req.BudgetTokens = 1024
@@ -133,12 +144,15 @@ func (e *Engine) follow(d store.Delegation) error {
 func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing) {
 	backoff := e.cfg.ReattachBackoff
 	preemptedBy := map[peer.ID]bool{}
+	var lost *pathLoss // the provider's path went away and has not come back
 	for attempt := 0; ; attempt++ {
-		switch e.attempt(ctx, d, o) {
+		out, err := e.attempt(ctx, d, o, lost)
+		switch out {
 		case outcomeDone:
 			return
 		case outcomePreempted:
-			cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
+			lost = nil
+			cur, err := e.st.DelegationInfo(store.RoleRequester, d.ID)
 			if err != nil {
 				return
 			}
@@ -150,20 +164,28 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 			}
 			e.endPreempted(cur)
 			return
+		case outcomeConnected:
+			lost = nil // the stream worked, then broke: a new loss below
+			backoff = e.cfg.ReattachBackoff
 		}
 		if ctx.Err() != nil {
 			return // engine stopping or cancelled: Cancel/recover take over
 		}
+		accepted := e.everAccepted(d.ID)
+		if accepted && lost == nil {
+			lost = &pathLoss{at: e.cfg.Now(), err: err}
+			e.noteWaiting(d, lost)
+		}
 		if !e.cfg.Now().Before(d.Deadline) {
-			e.expireOutgoing(d)
+			e.expireOutgoing(d, lost)
 			return
 		}
-		if attempt+1 >= maxUnacceptedAttempts && !e.everAccepted(d.ID) {
+		if attempt+1 >= maxUnacceptedAttempts && !accepted {
 			// The provider never took the offer, so nothing runs there
 			// and nothing is lost by giving up: say so now rather than
 			// at the timeout.
 			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
-				x.Reason = fmt.Sprintf("%s: %d attempts to reach %s failed", ReasonUnreachable, attempt+1, x.Peer)
+				x.Reason = fmt.Sprintf("%s: %d attempts to reach %s failed (last: %v)", ReasonUnreachable, attempt+1, x.Peer, err)
 			})
 			return
 		}
@@ -173,8 +195,53 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 			return
 		case <-time.After(max(wait, 0)):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, maxReattachBackoff)
 	}
+}
+
+// maxReattachBackoff is the longest wait between two tries to reach a
+// provider: a path that comes back (a relay restarted, a direct address) is
+// used within this long.
+const maxReattachBackoff = 5 * time.Second
+
+// pathLoss is when and why a requester lost its stream to a provider that
+// had accepted its delegation.
+type pathLoss struct {
+	at  time.Time
+	err error
+}
+
+// noteWaiting records, for `kith tasks show`, what a running delegation
+// waits for while its provider cannot be reached.
+func (e *Engine) noteWaiting(d store.Delegation, l *pathLoss) {
+	why := "the stream ended"
+	if l.err != nil {
+		why = oneLine(l.err.Error())
+	}
+	e.log.Info("lost the path to the provider; reattaching", "delegation", d.ID, "peer", d.Peer, "err", why)
+	_, _ = e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
+		if x.State.Terminal() {
+			return nil
+		}
+		x.Reason = fmt.Sprintf("%s %s: lost the stream at %s (%s); reattaching until %s",
+			waitingPrefix, x.Peer, l.at.UTC().Format(time.TimeOnly), why, x.Deadline.UTC().Format(time.TimeOnly))
+		return nil
+	})
+}
+
+// waitingPrefix starts the Reason of a live delegation whose provider is
+// out of reach; a reattach clears it.
+const waitingPrefix = "waiting for provider"
+
+// oneLine keeps the first line of s, cut to a length a table can show.
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
 }
 
 // maxUnacceptedAttempts is how many times a requester tries to deliver an
@@ -197,10 +264,15 @@ func (e *Engine) everAccepted(id protocol.DelegationID) bool {
 }
 
 // expireOutgoing gives up on a delegation whose deadline passed with no
-// result, and tells the provider (best effort).
-func (e *Engine) expireOutgoing(d store.Delegation) {
+// result, and tells the provider (best effort). A provider out of reach
+// since lost is named as the reason, not the clock.
+func (e *Engine) expireOutgoing(d store.Delegation, lost *pathLoss) {
 	if _, err := e.transition(store.RoleRequester, d.ID, protocol.StateExpired, store.Event{}, func(x *store.Delegation) {
 		x.Reason = ReasonTimeout
+		if lost != nil {
+			x.Reason = fmt.Sprintf("%s: lost the stream to %s at %s and no path came back before the deadline",
+				ReasonUnreachable, x.Peer, lost.at.UTC().Format(time.TimeOnly))
+		}
 	}); err != nil {
 		return
 	}
@@ -211,47 +283,49 @@ func (e *Engine) expireOutgoing(d store.Delegation) {
 type outcome int
 
 const (
-	outcomeRetry     outcome = iota // the stream failed: reattach
+	outcomeRetry     outcome = iota // no stream to the provider: try again
+	outcomeConnected                // a stream worked, then failed: reattach
 	outcomeDone                     // the delegation is terminal here
 	outcomePreempted                // the provider preempted it: offer it elsewhere
 )
 
 // attempt opens one stream to the provider, sends the offer (or, once the
 // provider has accepted, a status query to reattach), and follows the
-// stream.
-func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) outcome {
+// stream. The error says why an attempt that did not end the delegation
+// failed.
+func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss) (outcome, error) {
 	cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
 	if err != nil {
-		return outcomeDone
+		return outcomeDone, err
 	}
 	if cur.State.Terminal() {
-		return outcomeDone
+		return outcomeDone, nil
 	}
 	d = cur // the provider may have changed (a re-offer)
 	all, err := e.st.Events(store.RoleRequester, d.ID, 0)
 	if err != nil {
-		return outcomeRetry
+		return outcomeRetry, err
 	}
-	events := currentAttempt(all)
-	var first protocol.Message
-	var lastSeq uint64
-	accepted := false
-	for _, ev := range events {
+	r := &providerReader{e: e, d: d, statuses: rate.NewLimiter(statusRate, statusBurst)}
+	for _, ev := range currentAttempt(all) {
 		switch ev.Type {
 		case EventAccepted:
-			accepted = true
+			r.accepted = true
 		case EventStatus:
 			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
-				lastSeq = max(lastSeq, m.(*protocol.DelegationStatus).Seq)
+				st := m.(*protocol.DelegationStatus)
+				r.lastSeq = max(r.lastSeq, st.Seq)
+				r.partial += protocol.PayloadSize(st.Partial)
 			}
 		}
 	}
-	if accepted {
-		first = &protocol.DelegationStatus{ID: d.ID, Query: true, Seq: lastSeq}
+	var first protocol.Message
+	if r.accepted {
+		first = &protocol.DelegationStatus{ID: d.ID, Query: true, Seq: r.lastSeq}
 	} else {
 		offer, err := protocol.DecodeMessage(cur.Offer)
 		if err != nil {
-			return outcomeDone
+			return outcomeDone, err
 		}
 		first = offer
 	}
@@ -260,21 +334,37 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) o
 	cancel()
 	if err != nil {
 		e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
-		return outcomeRetry
+		return outcomeRetry, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 	defer stop()
 	var c *protocol.Conn
-	if accepted {
+	if r.accepted {
 		c, err = protocol.Dial(s, e.id, d.Peer, first, e.cfg.Conn)
 	} else {
 		c, err = protocol.DialEncoded(s, e.id, d.Peer, first.Type(), cur.Offer, e.cfg.Conn)
 	}
 	if err != nil {
 		_ = s.Reset()
-		return outcomeRetry
+		if errors.Is(err, protocol.ErrPayloadTooLarge) || errors.Is(err, protocol.ErrFrameTooLarge) {
+			// A local size error: no retry can fix it.
+			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+				x.Reason = ReasonPayloadTooLarge + ": " + err.Error()
+			})
+			return outcomeDone, err
+		}
+		return outcomeRetry, err
 	}
 	e.trace(Sent, d.Peer, first)
+	if lost != nil || strings.HasPrefix(cur.Reason, waitingPrefix) {
+		e.log.Info("path to the provider is back", "delegation", d.ID, "peer", d.Peer)
+		_, _ = e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
+			if strings.HasPrefix(x.Reason, waitingPrefix) {
+				x.Reason = ""
+			}
+			return nil
+		})
+	}
 	e.mu.Lock()
 	o.conn = c
 	e.mu.Unlock()
@@ -283,13 +373,14 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) o
 		o.conn = nil
 		e.mu.Unlock()
 	}()
-	out := e.readProvider(c, cur, accepted, lastSeq)
+	r.c = c
+	out, err := r.read()
 	if out == outcomeDone {
 		_ = s.Close() // closing our side acknowledges the result
 	} else {
 		_ = s.Reset()
 	}
-	return out
+	return out, err
 }
 
 // requesterFlushDelay is how long a requester keeps the accept and
@@ -299,44 +390,81 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing) o
 // restarted requester re-offer, which the provider answers as a reattach.
 const requesterFlushDelay = 25 * time.Millisecond
 
+// requesterFlushBytes bounds what the buffer holds before it writes at
+// once, so that one write stays far below the store's transaction limit
+// whatever the provider streams.
+const requesterFlushBytes = 256 << 10
+
 // eventBuffer holds a requester's not-yet-stored events for one stream.
 type eventBuffer struct {
 	e     *Engine
 	id    protocol.DelegationID
 	mu    sync.Mutex
 	evs   []store.Event
+	size  int
 	timer *time.Timer
-	done  bool // the delegation turned terminal here meanwhile
+	done  bool  // the delegation turned terminal here meanwhile
+	err   error // a write failed: what is buffered cannot be kept
 }
 
-func (b *eventBuffer) add(ev store.Event) {
+// add buffers ev, writing the buffer at once when it is full. An error
+// means the events could not be stored; the caller must end the stream
+// (a reattach resumes from what the log holds).
+func (b *eventBuffer) add(ev store.Event) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.evs = append(b.evs, ev)
-	if b.timer == nil {
-		b.timer = time.AfterFunc(requesterFlushDelay, func() { b.flush() })
+	if b.err != nil {
+		return b.err
 	}
+	b.evs = append(b.evs, ev)
+	b.size += len(ev.Data)
+	if b.size >= requesterFlushBytes {
+		return b.flushLocked()
+	}
+	if b.timer == nil {
+		b.timer = time.AfterFunc(requesterFlushDelay, func() { _ = b.flush() })
+	}
+	return nil
 }
 
 // flush writes the buffered events; the last one's state becomes the
-// delegation's state. It reports false once the delegation is terminal.
-func (b *eventBuffer) flush() bool {
+// delegation's state.
+func (b *eventBuffer) flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.flushLocked()
+}
+
+func (b *eventBuffer) flushLocked() error {
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
 	}
-	if len(b.evs) == 0 || b.done {
-		return !b.done
+	if b.err != nil || b.done || len(b.evs) == 0 {
+		return b.err
 	}
 	last := b.evs[len(b.evs)-1]
 	_, err := b.e.transitionAfter(store.RoleRequester, b.id, b.evs[:len(b.evs)-1], last.State, last, nil)
-	b.evs = nil
-	if errors.Is(err, store.ErrTerminal) {
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrTerminal):
 		b.done = true
+	default:
+		// Never drop events silently: a transcript missing them would
+		// fail a good provider's proof. The stream ends and a reattach
+		// asks the provider for everything after the last stored one.
+		b.err = err
+		return err
 	}
-	return !b.done
+	b.evs, b.size = nil, 0
+	return nil
+}
+
+// isDone reports whether the delegation turned terminal here meanwhile.
+func (b *eventBuffer) isDone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.done
 }
 
 // take hands the buffered events to the caller, who stores them with the
@@ -349,101 +477,220 @@ func (b *eventBuffer) take() []store.Event {
 		b.timer = nil
 	}
 	evs := b.evs
-	b.evs = nil
+	b.evs, b.size = nil, 0
 	return evs
 }
 
-// readProvider follows the provider's messages on one stream. It reports
-// true once the delegation is terminal here.
-func (e *Engine) readProvider(c *protocol.Conn, d store.Delegation, accepted bool, lastSeq uint64) outcome {
-	buf := &eventBuffer{e: e, id: d.ID}
-	defer buf.flush() // a reattach reads the log to resume from
+// Status frames a requester takes from a provider: a sustained rate and a
+// burst that covers a large output sent as fast as the network allows
+// (MaxPayload in statuses of providerFlushBytes). Past it the delegation
+// ends output_violation.
+const (
+	statusRate  = 50
+	statusBurst = 64 + protocol.MaxPayload/providerFlushBytes
+)
+
+// outputCap is the most output, in bytes of part content, a provider may
+// stream (and return) for a budget: generous beside the executors' own
+// accounting of about four bytes per token, and never above the payload
+// limit.
+func (e *Engine) outputCap(budget uint64) int {
+	const bytesPerToken, floor = 32, 64 << 10
+	if budget > uint64(e.maxPayload)/bytesPerToken {
+		return e.maxPayload
+	}
+	return min(e.maxPayload, max(floor, int(budget)*bytesPerToken))
+}
+
+// providerReader follows one stream from a provider, holding the
+// requester's view of the delegation: what the provider may send next
+// depends on what it sent before.
+type providerReader struct {
+	e        *Engine
+	d        store.Delegation
+	c        *protocol.Conn
+	buf      *eventBuffer
+	accepted bool
+	lastSeq  uint64
+	partial  int // bytes of partial output logged so far, every stream counted
+	statuses *rate.Limiter
+}
+
+// read follows the provider's messages until the delegation is terminal
+// here (outcomeDone), the provider preempted it, or the stream fails.
+func (r *providerReader) read() (outcome, error) {
+	e, d := r.e, r.d
+	r.buf = &eventBuffer{e: e, id: d.ID}
+	defer func() { _ = r.buf.flush() }() // a reattach reads the log to resume from
 	for {
 		wait := d.Deadline.Sub(e.cfg.Now())
 		if wait <= 0 {
-			return outcomeRetry
+			return outcomeConnected, errors.New("deadline passed")
 		}
-		m, raw, err := c.RecvRaw(wait)
+		m, raw, err := r.c.RecvRaw(wait)
 		if err != nil {
-			return outcomeRetry
+			return outcomeConnected, err
 		}
 		e.trace(Received, d.Peer, m)
-		switch m := m.(type) {
-		case *protocol.DelegationReject:
-			if m.ID != d.ID {
-				return outcomeRetry
-			}
-			_, _ = e.transitionAfter(store.RoleRequester, d.ID, buf.take(), protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
-				x.Reason = m.Reason.String()
-				if m.Detail != "" {
-					x.Reason += ": " + m.Detail
-				}
-			})
-			return outcomeDone
-		case *protocol.DelegationAccept:
-			if m.ID != d.ID || accepted {
-				continue
-			}
-			accepted = true
-			buf.add(store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: raw})
-		case *protocol.DelegationStatus:
-			if m.ID != d.ID {
-				return outcomeRetry
-			}
-			if m.State == protocol.StateUnknown {
-				// The provider never stored the offer (it was lost
-				// before its accept): offer again on the next attempt.
-				if !accepted {
-					return outcomeRetry
-				}
-				_, _ = e.transitionAfter(store.RoleRequester, d.ID, buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
-					x.Reason = "provider does not know the delegation it accepted"
-				})
-				return outcomeDone
-			}
-			if m.Seq <= lastSeq {
-				continue // replayed after a reattach and already logged
-			}
-			lastSeq = m.Seq
-			if m.State == protocol.StatePreempted && !e.cfg.NoReoffer {
-				// Log it (the delegation itself stays live) and offer
-				// the task elsewhere.
-				buf.add(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw})
-				return outcomePreempted
-			}
-			if m.State.Terminal() && m.State != protocol.StatePreempted {
-				continue // a terminal state comes only with a result
-			}
-			state := m.State
-			if state == protocol.StatePreempted {
-				state = protocol.StateRunning // the result ends it
-			}
-			buf.add(store.Event{Type: EventStatus, State: state, Data: raw})
-			if !buf.done && len(m.Partial) == 0 && m.State != protocol.StateRunning {
-				// A state change (preempted, input_required) is worth
-				// showing at once.
-				buf.flush()
-			}
-			if buf.done {
-				return outcomeDone // cancelled or expired here meanwhile
-			}
-		case *protocol.DelegationResult:
-			if m.ID != d.ID {
-				return outcomeRetry
-			}
-			e.acceptResult(d, m, raw, buf.take())
-			return outcomeDone
+		if out, err, end := r.handle(m, raw); end {
+			return out, err
 		}
 	}
 }
 
-// acceptResult verifies a provider's result (proof signature, offer hash,
-// transcript, budget) and stores it, with the events still buffered, in one
-// write. A result that fails a check is kept for inspection but the
-// delegation ends failed with the reason.
+// handle takes one message; end reports that the stream is over.
+func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, err error, end bool) {
+	e, d := r.e, r.d
+	switch m := m.(type) {
+	case *protocol.DelegationReject:
+		if m.ID != d.ID {
+			return outcomeConnected, errors.New("reject for another delegation"), true
+		}
+		if r.accepted {
+			return r.violation(ReasonProtocolViolation, "provider rejected a delegation it had accepted"), nil, true
+		}
+		_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+			x.Reason = m.Reason.String()
+			if m.Detail != "" {
+				x.Reason += ": " + m.Detail
+			}
+		})
+		return outcomeDone, nil, true
+	case *protocol.DelegationAccept:
+		if m.ID != d.ID || r.accepted {
+			return 0, nil, false
+		}
+		r.accepted = true
+		return r.keep(store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: raw})
+	case *protocol.DelegationStatus:
+		return r.status(m, raw)
+	case *protocol.DelegationResult:
+		if m.ID != d.ID {
+			return outcomeConnected, errors.New("result for another delegation"), true
+		}
+		if !r.accepted {
+			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
+		}
+		e.acceptResult(d, m, raw, r.buf.take())
+		return outcomeDone, nil, true
+	}
+	return 0, nil, false
+}
+
+func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out outcome, err error, end bool) {
+	e, d := r.e, r.d
+	if m.ID != d.ID {
+		return outcomeConnected, errors.New("status for another delegation"), true
+	}
+	if m.State == protocol.StateUnknown {
+		// The provider never stored the offer (it was lost before its
+		// accept): offer again on the next attempt.
+		if !r.accepted {
+			return outcomeConnected, errors.New("provider does not know the offer yet"), true
+		}
+		_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+			x.Reason = "provider does not know the delegation it accepted"
+		})
+		return outcomeDone, nil, true
+	}
+	if !r.accepted {
+		return r.violation(ReasonProtocolViolation, "provider sent a status before accepting"), nil, true
+	}
+	if m.Seq <= r.lastSeq {
+		return 0, nil, false // replayed after a reattach and already logged
+	}
+	if !r.statuses.Allow() {
+		return r.violation(ReasonOutputViolation, fmt.Sprintf("provider sent status frames faster than %d per second", statusRate)), nil, true
+	}
+	n := protocol.PayloadSize(m.Partial)
+	if limit := e.outputCap(d.BudgetTokens); r.partial+n > limit {
+		return r.violation(ReasonOutputViolation, fmt.Sprintf("provider streamed more than %d bytes of output for a budget of %d tokens",
+			limit, d.BudgetTokens)), nil, true
+	}
+	r.partial += n
+	r.lastSeq = m.Seq
+	if m.State == protocol.StatePreempted && !e.cfg.NoReoffer {
+		// Log it (the delegation itself stays live) and offer the task
+		// elsewhere.
+		if err := r.buf.add(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw}); err != nil {
+			return r.storeFailed(err)
+		}
+		return outcomePreempted, nil, true
+	}
+	if m.State.Terminal() && m.State != protocol.StatePreempted {
+		return 0, nil, false // a terminal state comes only with a result
+	}
+	state := m.State
+	if state == protocol.StatePreempted {
+		state = protocol.StateRunning // the result ends it
+	}
+	if out, err, end := r.keep(store.Event{Type: EventStatus, State: state, Data: raw}); end {
+		return out, err, end
+	}
+	if len(m.Partial) == 0 && m.State != protocol.StateRunning {
+		// A state change (preempted, input_required) is worth showing at
+		// once.
+		if err := r.buf.flush(); err != nil {
+			return r.storeFailed(err)
+		}
+	}
+	if r.buf.isDone() {
+		return outcomeDone, nil, true // cancelled or expired here meanwhile
+	}
+	return 0, nil, false
+}
+
+// keep buffers an event for the log.
+func (r *providerReader) keep(ev store.Event) (out outcome, err error, end bool) {
+	if err := r.buf.add(ev); err != nil {
+		return r.storeFailed(err)
+	}
+	if r.buf.isDone() {
+		return outcomeDone, nil, true
+	}
+	return 0, nil, false
+}
+
+// storeFailed ends a stream whose events could not be written. A write the
+// store refuses as invalid (too large) fails the delegation, since a retry
+// would meet the same refusal; anything else (a full disk, a closing store)
+// ends only the stream, and a reattach resumes from the log.
+func (r *providerReader) storeFailed(err error) (outcome, error, bool) {
+	if errors.Is(err, store.ErrInvalid) {
+		_, _ = r.e.transition(store.RoleRequester, r.d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+			x.Reason = ReasonStore + ": " + err.Error()
+		})
+		return outcomeDone, err, true
+	}
+	return outcomeConnected, err, true
+}
+
+// violation ends a delegation whose provider broke the protocol or its
+// bounds: what was logged stays, the offending message is not kept, and
+// the provider is told to stop.
+func (r *providerReader) violation(reason, detail string) outcome {
+	e, d := r.e, r.d
+	e.log.Warn("provider violated the protocol", "delegation", d.ID, "peer", d.Peer, "reason", reason, "detail", detail)
+	_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+		x.Reason = reason + ": " + detail
+	})
+	// On a fresh stream: this one ends now, and closing a stream the
+	// provider is still writing to may drop what was last sent on it.
+	e.sendCancel(d.Peer, d.ID, reason)
+	return outcomeDone
+}
+
+// acceptResult verifies a provider's result (size, proof signature, offer
+// hash, transcript, budget) and stores it, with the events still buffered,
+// in one write. A result that fails a check is kept for inspection (unless
+// it is too large to keep) but the delegation ends failed with the reason.
 func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before []store.Event) {
 	state, reason := m.State, m.Reason
-	if err := e.checkProof(d, m, before); err != nil {
+	keep := raw
+	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
+		state, keep = protocol.StateFailed, nil
+		reason = fmt.Sprintf("%s: result of %d bytes, at most %d for a budget of %d tokens", ReasonOutputViolation, n, limit, d.BudgetTokens)
+	} else if err := e.checkProof(d, m, before); err != nil {
 		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
 	} else if m.Usage.Completion > d.BudgetTokens {
 		state = protocol.StateFailed
@@ -452,11 +699,19 @@ func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, 
 	if !state.Terminal() {
 		state, reason = protocol.StateFailed, "provider sent a result with non-terminal state "+m.State.String()
 	}
-	_, _ = e.transitionAfter(store.RoleRequester, d.ID, before, state, store.Event{Type: EventResult, Data: raw}, func(x *store.Delegation) {
-		x.Result = raw
+	// The log's result event carries no copy of the result: it is the
+	// delegation's Result, stored once.
+	_, err := e.transitionAfter(store.RoleRequester, d.ID, before, state, store.Event{Type: EventResult}, func(x *store.Delegation) {
+		x.Result = keep
 		x.Reason = reason
 		x.Usage = store.Usage(m.Usage)
 	})
+	if err != nil && !errors.Is(err, store.ErrTerminal) {
+		e.log.Error("store result", "delegation", d.ID, "err", err)
+		_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+			x.Reason = ReasonStore + ": " + err.Error()
+		})
+	}
 }
 
 // checkProof verifies a result's proof against what this node sent and
@@ -500,7 +755,7 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 	if reason == "" {
 		reason = "cancelled by requester"
 	}
-	d, err := e.st.GetDelegation(store.RoleRequester, id)
+	d, err := e.st.DelegationInfo(store.RoleRequester, id)
 	if err != nil {
 		return fmt.Errorf("%w: %s", ErrUnknown, id)
 	}

@@ -19,9 +19,11 @@ import (
 // task is a delegation this node is running, for a peer (role provider) or
 // for itself (a local profile, role requester).
 type task struct {
-	id        protocol.DelegationID
+	id        protocol.DelegationID // where the store keeps it
+	wire      protocol.DelegationID // what the requester calls it; see providerKey
 	role      store.Role
-	requester peer.ID // who asked; this node for local work
+	requester peer.ID             // who asked; this node for local work
+	trust     protocol.TrustLevel // the requester's when its slot was taken
 	offer     *protocol.DelegationOffer
 	offerHash [32]byte
 	profile   *Profile
@@ -65,7 +67,7 @@ func (t *task) send(raw []byte) {
 // opening builds the first two events a provider stores and sends for a
 // task it accepts and starts at once: the accept and the running status.
 func (t *task) opening() (accept, running store.Event, err error) {
-	m := &protocol.DelegationAccept{ID: t.id, ProviderHandle: t.id.String()}
+	m := &protocol.DelegationAccept{ID: t.wire, ProviderHandle: t.id.String()}
 	if t.lease != nil {
 		m.Lease = protocol.Lease{VRAMMiB: t.lease.VRAMMiB(), Device: t.lease.Device().UUID}
 	}
@@ -73,7 +75,7 @@ func (t *task) opening() (accept, running store.Event, err error) {
 	if err != nil {
 		return accept, running, err
 	}
-	r, err := protocol.EncodeMessage(&protocol.DelegationStatus{ID: t.id, State: protocol.StateRunning, Seq: t.nextSeq()})
+	r, err := protocol.EncodeMessage(&protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq()})
 	if err != nil {
 		return accept, running, err
 	}

@@ -25,13 +25,15 @@ import (
 
 // DHT modes, as named in the config.
 const (
-	// DHTModeAuto answers DHT queries once AutoNAT finds the node publicly
-	// reachable, and only asks before that.
+	// DHTModeAuto answers DHT queries unless AutoNAT has found the node
+	// private (behind NAT, unreachable from the peers that checked), and
+	// only asks then. A node whose reachability is unknown serves: on a
+	// LAN, or in a lab with no public node to run AutoNAT against, AutoNAT
+	// never decides, and a DHT in which every node waited for "public"
+	// would have no server at all.
 	DHTModeAuto = "auto"
-	// DHTModeServer always answers DHT queries and stores provider records.
-	// In a home lab where every node is behind NAT no node ever becomes
-	// reachable, so "auto" would leave the DHT with no server at all: make
-	// at least one node (one the others can dial) a server.
+	// DHTModeServer always answers DHT queries and stores provider records,
+	// even behind NAT.
 	DHTModeServer = "server"
 	// DHTModeClient only asks: other nodes never put it in their routing
 	// tables or send it queries.
@@ -60,8 +62,21 @@ const (
 	// changed.
 	profileCheckInterval = time.Minute
 	// advertiseRetry is how soon Run tries again after a round that failed,
-	// e.g. because the routing table was still empty.
+	// when the routing table has not grown in the meantime (growth triggers
+	// a round at once, see routingTableCheck).
 	advertiseRetry = 30 * time.Second
+	// routingTableCheck is how often Run looks at the routing table's size:
+	// a round is due as soon as the table gains peers after a failed round,
+	// or while it is smaller than one bucket (a small mesh, still forming,
+	// where each new server may be one of the closest to a profile key).
+	routingTableCheck = 250 * time.Millisecond
+	// regrowAdvertiseGap is the least time between two rounds that the
+	// routing table's growth triggers.
+	regrowAdvertiseGap = 2 * time.Second
+	// smallTable is the routing-table size below which growth triggers a
+	// round: kad-dht's bucket size, the number of servers a record is put
+	// on.
+	smallTable = 20
 	// advertiseTimeout bounds one round of provider puts.
 	advertiseTimeout = 2 * time.Minute
 	// defaultFindLimit is FindProviders' limit when the caller gives none:
@@ -144,7 +159,10 @@ func NewDHT(ctx context.Context, h host.Host, cfg DHTConfig) (*DHT, error) {
 	var mode kaddht.ModeOpt
 	switch cfg.Mode {
 	case "", DHTModeAuto:
-		mode = kaddht.ModeAuto
+		// kad-dht's ModeAuto serves only once AutoNAT says "public", which
+		// never happens on a private network; ModeAutoServer serves until
+		// AutoNAT says "private".
+		mode = kaddht.ModeAutoServer
 	case DHTModeServer:
 		mode = kaddht.ModeServer
 	case DHTModeClient:
@@ -348,22 +366,39 @@ func (d *DHT) Advertise(ctx context.Context, profiles []string) error {
 	return errors.Join(errs...)
 }
 
-// Run advertises profiles() at once, again every ReprovideInterval (30
-// seconds after a round that failed), and whenever profiles() changes,
-// which it checks every minute. A profile that is dropped is no longer
-// re-advertised; its records lapse within 48 hours, and nobody trusts them
-// anyway until the node's signed capability assertion says so. Run returns
-// when ctx ends.
+// Run advertises profiles() as soon as the routing table holds a peer,
+// again every ReprovideInterval, and whenever profiles() changes, which it
+// checks every minute. A round that failed is tried again as soon as the
+// routing table gains a peer (30 seconds later at most), and while the
+// table is smaller than one bucket every growth starts a round (at most
+// one every 2 s): in a home lab the first round often runs before any
+// server is known, and the first servers known are not the closest to a
+// profile's key. A profile that is dropped is no longer re-advertised; its
+// records lapse within 48 hours, and nobody trusts them anyway until the
+// node's signed capability assertion says so. Run returns when ctx ends.
 func (d *DHT) Run(ctx context.Context, profiles func() []string) {
 	current := normalizeProfiles(profiles())
 	next := time.NewTimer(0)
 	defer next.Stop()
 	check := time.NewTicker(d.profileCheck)
 	defer check.Stop()
+	rtTick := time.NewTicker(routingTableCheck)
+	defer rtTick.Stop()
+	// lastSize is the routing table's size at the last round; failed says
+	// that round failed; lastAt is when it ran.
+	lastSize, failed := 0, false
+	var lastAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case now := <-rtTick.C:
+			size := d.kad.RoutingTable().Size()
+			grew := size > lastSize && (failed || lastSize < smallTable)
+			if grew && len(current) > 0 && now.Sub(lastAt) >= regrowAdvertiseGap {
+				d.log.Debug("routing table grew; advertising again", "peers", size, "was", lastSize)
+				next.Reset(0)
+			}
 		case <-check.C:
 			now := normalizeProfiles(profiles())
 			if slices.Equal(now, current) {
@@ -374,11 +409,19 @@ func (d *DHT) Run(ctx context.Context, profiles func() []string) {
 			next.Reset(0)
 		case <-next.C:
 			wait := d.reprovide
+			lastSize, lastAt, failed = d.kad.RoutingTable().Size(), time.Now(), false
+			if len(current) > 0 && lastSize == 0 {
+				// Nothing to put records on: wait for the table to grow.
+				failed = true
+				next.Reset(advertiseRetry)
+				continue
+			}
 			if err := d.advertiseRound(ctx, current); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				d.log.Debug("advertise round failed", "error", err)
+				failed = true
 				wait = min(wait, advertiseRetry)
 			}
 			next.Reset(wait)
@@ -488,3 +531,21 @@ func mergeAddrs(a, b []ma.Multiaddr) []ma.Multiaddr {
 	}
 	return out
 }
+
+// FindPeer looks up p's addresses: those of the peerstore while p is
+// connected, else those the DHT servers closest to p's ID know. It fails
+// when none of them knows p.
+func (d *DHT) FindPeer(ctx context.Context, p peer.ID) (peer.AddrInfo, error) {
+	ai, err := d.kad.FindPeer(ctx, p)
+	if err != nil {
+		return peer.AddrInfo{}, fmt.Errorf("discovery: find peer %s: %w", p, err)
+	}
+	if len(ai.Addrs) > maxHintAddrs {
+		ai.Addrs = ai.Addrs[:maxHintAddrs]
+	}
+	return ai, nil
+}
+
+// InRoutingTable reports whether p is in the DHT's routing table: a DHT
+// server this node has talked to.
+func (d *DHT) InRoutingTable(p peer.ID) bool { return d.kad.RoutingTable().Find(p) != "" }

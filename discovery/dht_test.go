@@ -559,8 +559,8 @@ func TestNewDHTConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	// "auto" starts as a client until AutoNAT says otherwise.
-	if got := d.Mode(); got != DHTModeClient {
+	// "auto" serves until AutoNAT finds the node private.
+	if got := d.Mode(); got != DHTModeServer {
 		t.Errorf("auto mode without reachability: Mode() = %q", got)
 	}
 	if _, err := d.FindProviders(context.Background(), "bad name", 1); !errors.Is(err, protocol.ErrMalformed) {
@@ -593,4 +593,40 @@ func TestDHTBootstrapUnreachable(t *testing.T) {
 	if err != nil || len(hints) != 0 {
 		t.Fatalf("find with an empty routing table: %v, %v", hints, err)
 	}
+}
+
+// TestDHTAdvertisesWhenFirstServerArrives: a node that starts Run before it
+// knows any DHT server (a home lab where the hub boots later) advertises as
+// soon as its routing table gains one, not a retry interval later; and in
+// "auto" mode, with no reachability known, the nodes serve. How long the
+// record took to be found is logged.
+func TestDHTAdvertisesWhenFirstServerArrives(t *testing.T) {
+	checkNoLeaks(t)
+	k := newKadNet(t, 3, func(int) DHTConfig { return DHTConfig{Mode: DHTModeAuto} })
+	provider, hub, finder := k.dhts[0], k.dhts[1], k.dhts[2]
+	for i, d := range k.dhts {
+		if got := d.Mode(); got != DHTModeServer {
+			t.Fatalf("node %d in auto mode, reachability unknown: Mode() = %q, want server", i, got)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { provider.Run(ctx, func() []string { return []string{"late"} }) })
+	defer func() { cancel(); wg.Wait() }()
+
+	time.Sleep(3 * routingTableCheck) // the first round finds nobody to put records on
+	start := time.Now()
+	for _, d := range []*DHT{provider, finder} {
+		if err := d.Bootstrap(ctx, []peer.AddrInfo{{ID: hub.h.ID(), Addrs: hub.h.Addrs()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Well before advertiseRetry, the round after a failure.
+	waitFor(t, advertiseRetry/2, "the provider's record, once it knows a server", func() bool {
+		fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer fcancel()
+		hints, _ := finder.FindProviders(fctx, "late", 1)
+		return len(hints) == 1 && hints[0].ID == provider.h.ID()
+	})
+	t.Logf("found %v after the provider's first server joined (retry interval %v)", time.Since(start).Round(time.Millisecond), advertiseRetry)
 }

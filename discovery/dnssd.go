@@ -190,11 +190,30 @@ func (r *DNSSD) Lookup(ctx context.Context, domain string) ([]Hint, error) {
 	}
 	server, err := r.server()
 	if err != nil {
+		r.countFailure(err, domain)
 		return nil, err
 	}
-	return r.lookup(ctx, d, server, func(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+	hints, err := r.lookup(ctx, d, server, func(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
 		return r.exchange(ctx, server, name, qtype)
 	})
+	if err != nil && ctx.Err() == nil {
+		r.countFailure(err, domain)
+	}
+	return hints, err
+}
+
+// countFailure counts a failed lookup, so that "kith discover" shows a
+// resolver that is down ("dnssd/resolver_unavailable") or a domain that
+// does not exist ("dnssd/no_such_domain") beside the records it dropped.
+func (r *DNSSD) countFailure(err error, domain string) {
+	reason := "lookup_failed"
+	switch {
+	case errors.Is(err, ErrNoDomain):
+		reason = "no_such_domain"
+	case errors.Is(err, ErrResolver):
+		reason = "resolver_unavailable"
+	}
+	r.counters.Drop(r.log, SourceDNSSD, reason, "domain", domain, "error", err)
 }
 
 func canonicalDomain(domain string) (string, error) {

@@ -538,9 +538,12 @@ func TestDNSSDTruncatedAnswerOverTCP(t *testing.T) {
 func TestDNSSDErrors(t *testing.T) {
 	t.Run("no such domain", func(t *testing.T) {
 		s := startDNS(t, "lab.test. A 127.0.0.1")
-		r, _ := newTestDNSSD(t, s.addr)
+		r, c := newTestDNSSD(t, s.addr)
 		if _, err := r.Lookup(t.Context(), "nowhere.test"); !errors.Is(err, ErrNoDomain) {
 			t.Fatalf("got %v, want ErrNoDomain", err)
+		}
+		if got := c.Get("dnssd/no_such_domain"); got != 1 {
+			t.Fatalf("dnssd/no_such_domain = %d after one lookup of a missing domain, want 1", got)
 		}
 		// A domain that exists but publishes no peers is no error.
 		hints, err := r.Lookup(t.Context(), "lab.test")
@@ -563,7 +566,8 @@ func TestDNSSDErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pc.Close()
-		r, err := NewDNSSD(DNSSDConfig{Resolver: pc.LocalAddr().String(), Timeout: 200 * time.Millisecond})
+		c := &Counters{}
+		r, err := NewDNSSD(DNSSDConfig{Resolver: pc.LocalAddr().String(), Timeout: 200 * time.Millisecond, Counters: c})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -571,6 +575,10 @@ func TestDNSSDErrors(t *testing.T) {
 		_, err = r.Lookup(context.Background(), "lab.test")
 		if !errors.Is(err, ErrResolver) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), pc.LocalAddr().String()) {
 			t.Fatalf("got %v, want ErrResolver naming %s and the timeout", err, pc.LocalAddr())
+		}
+		// kith discover shows the dead server among the counters.
+		if got := c.Get("dnssd/resolver_unavailable"); got != 1 {
+			t.Fatalf("dnssd/resolver_unavailable = %d after one lookup against a dead server, want 1", got)
 		}
 	})
 	t.Run("cancelled", func(t *testing.T) {

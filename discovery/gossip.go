@@ -428,3 +428,6 @@ func verifyAdvert(author peer.ID, data []byte, now time.Time) (Advert, error) {
 		return bad(AdvertMalformed, err)
 	}
 }
+
+// TopicPeers is how many peers this node knows to be on the adverts topic.
+func (g *Gossip) TopicPeers() int { return len(g.topic.ListPeers()) }

@@ -126,6 +126,10 @@ func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
+	if _, err := n.Store().RaiseTrust(ai.ID, NamedPeerTrust, "peers add"); err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
 	n.connectNow(ai)
 	p, err := n.Store().GetPeer(ai.ID)
 	if err != nil {

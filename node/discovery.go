@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/sec"
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/kithmesh/kith/delegation"
@@ -26,6 +29,14 @@ import (
 // hintAddrTTL is how long addresses from a discovery hint stay in the
 // peerstore; sources repeat their hints well within it.
 const hintAddrTTL = 30 * time.Minute
+
+const (
+	// providersTimeout bounds the search for a profile's providers: dials,
+	// DHT look-ups and capability queries.
+	providersTimeout = 10 * time.Second
+	// reachDialTimeout bounds one dial of a known provider.
+	reachDialTimeout = 5 * time.Second
+)
 
 // advertCheck is how often the load is compared with the last advert's; a
 // change publishes at once.
@@ -52,6 +63,7 @@ type discoverer struct {
 	sources map[peer.ID]map[discovery.Source]time.Time // this run's hints
 	dialing map[peer.ID]bool
 	addrs   map[peer.ID][]string // addresses written to the store this run
+	wrong   map[peer.ID][]string // addresses where another node answered for the ID
 }
 
 func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, eng *delegation.Engine, gate *gater) (*discoverer, error) {
@@ -61,6 +73,7 @@ func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, e
 		sources: map[peer.ID]map[discovery.Source]time.Time{},
 		dialing: map[peer.ID]bool{},
 		addrs:   map[peer.ID][]string{},
+		wrong:   map[peer.ID][]string{},
 	}
 	if d.cfg.DHT != config.DHTOff {
 		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT, Logger: d.log, Counters: &d.counters})
@@ -147,6 +160,17 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 	if d.ctx.Err() != nil {
 		return
 	}
+	// An address where another node answered for this ID (a DNS record
+	// naming the wrong peer) is not dialled again this run.
+	d.mu.Lock()
+	wrong := d.wrong[x.ID]
+	d.mu.Unlock()
+	if len(wrong) > 0 {
+		x.Addrs = slices.DeleteFunc(slices.Clone(x.Addrs), func(a ma.Multiaddr) bool { return slices.Contains(wrong, a.String()) })
+		if len(x.Addrs) == 0 {
+			return
+		}
+	}
 	if len(x.Addrs) > 0 {
 		d.h.Peerstore().AddAddrs(x.ID, x.Addrs, hintAddrTTL)
 	}
@@ -158,10 +182,10 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 	}
 	_, known := srcs[x.Source]
 	srcs[x.Source] = time.Now()
-	var newAddrs []string
+	var newAddrs []ma.Multiaddr
 	for _, a := range x.Addrs {
 		if s := a.String(); !slices.Contains(d.addrs[x.ID], s) {
-			newAddrs = append(newAddrs, s)
+			newAddrs = append(newAddrs, a)
 			d.addrs[x.ID] = append(d.addrs[x.ID], s)
 		}
 	}
@@ -174,22 +198,16 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 	}
 	d.mu.Unlock()
 
-	// The store remembers peers across restarts; write only what is new,
-	// so that a source repeating itself costs no disk write.
-	if !known || len(newAddrs) > 0 {
-		if _, err := d.st.UpdatePeer(x.ID, func(p *store.Peer) error {
-			if !slices.Contains(p.Sources, string(x.Source)) {
-				p.Sources = append(p.Sources, string(x.Source))
-			}
-			for _, a := range newAddrs {
-				if !slices.Contains(p.Addrs, a) {
-					p.Addrs = append(p.Addrs, a)
-				}
-			}
-			return nil
-		}); err != nil {
-			d.log.Warn("record discovered peer", "peer", x.ID, "err", err)
-		}
+	// The store remembers peers across restarts, and the node redials
+	// what it remembers: write a hint down only once the peer is proven to
+	// be there, by a connection (whose handshake proves the ID) or by its
+	// signature (a gossiped advert). A record naming another node's ID at
+	// some address then leaves nothing behind.
+	proven := d.h.Network().Connectedness(x.ID) == network.Connected || x.Source == discovery.SourceGossip
+	if proven && (!known || len(newAddrs) > 0) {
+		d.remember(x, newAddrs)
+	} else if !proven {
+		d.forgetAddrs(x.ID, newAddrs)
 	}
 	if dial {
 		d.goRun(func() {
@@ -203,15 +221,64 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 	}
 }
 
+// isWrongPeer reports whether a dial reached a node with another peer ID
+// than the one asked for.
+func isWrongPeer(err error) bool {
+	var v sec.ErrPeerIDMismatch
+	var p *sec.ErrPeerIDMismatch
+	return errors.As(err, &v) || errors.As(err, &p) || strings.Contains(err.Error(), "peer id mismatch")
+}
+
+// remember writes a hint's source and its new addresses to the store;
+// only what is new, so that a source repeating itself costs no disk write.
+func (d *discoverer) remember(x discovery.Hint, addrs []ma.Multiaddr) {
+	if _, err := d.st.UpdatePeer(x.ID, func(p *store.Peer) error {
+		if !slices.Contains(p.Sources, string(x.Source)) {
+			p.Sources = append(p.Sources, string(x.Source))
+		}
+		for _, a := range addrs {
+			if s := a.String(); !slices.Contains(p.Addrs, s) {
+				p.Addrs = append(p.Addrs, s)
+			}
+		}
+		return nil
+	}); err != nil {
+		d.log.Warn("record discovered peer", "peer", x.ID, "err", err)
+	}
+}
+
+// forgetAddrs takes back addresses hint marked as written to the store
+// when they were not, so that a later hint with them writes them.
+func (d *discoverer) forgetAddrs(p peer.ID, addrs []ma.Multiaddr) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.addrs[p] = slices.DeleteFunc(d.addrs[p], func(s string) bool {
+		return slices.ContainsFunc(addrs, func(a ma.Multiaddr) bool { return a.String() == s })
+	})
+}
+
 // connect dials a hinted peer, asks its capabilities and hands it to the
-// DHT as a bootstrap peer.
+// DHT as a bootstrap peer. Once connected, the hint is written down.
 func (d *discoverer) connect(x discovery.Hint) {
 	ctx, cancel := context.WithTimeout(d.ctx, 15*time.Second)
 	defer cancel()
 	if err := d.h.Connect(ctx, peer.AddrInfo{ID: x.ID, Addrs: x.Addrs}); err != nil {
-		d.counters.Drop(d.log, x.Source, "unreachable", "peer", x.ID, "err", err)
+		reason := "unreachable"
+		if isWrongPeer(err) {
+			reason = "wrong_peer"
+			d.mu.Lock()
+			for _, a := range x.Addrs {
+				if s := a.String(); !slices.Contains(d.wrong[x.ID], s) {
+					d.wrong[x.ID] = append(d.wrong[x.ID], s)
+				}
+			}
+			d.mu.Unlock()
+			d.h.Peerstore().SetAddrs(x.ID, x.Addrs, 0) // forget them
+		}
+		d.counters.Drop(d.log, x.Source, reason, "peer", x.ID, "err", oneLine(err.Error()))
 		return
 	}
+	d.remember(x, x.Addrs)
 	if _, err := d.eng.QueryCapabilities(ctx, x.ID); err != nil {
 		d.log.Debug("capability query", "peer", x.ID, "source", x.Source, "err", err)
 	}
@@ -264,9 +331,16 @@ func profileNamesOf(a protocol.CapabilityAssertion) []string {
 	return out
 }
 
+// advertRepeats are the delays, after the adverts topic gains peers, at
+// which the advert is published again: once the first gossipsub heartbeat
+// has grafted the new peers into this node's mesh, and again when the
+// peers beyond them have had time to graft theirs, so that nodes that are
+// not neighbours hear of this one without waiting for advert_interval.
+var advertRepeats = []time.Duration{1500 * time.Millisecond, 6 * time.Second}
+
 // publishAdverts publishes this node's signed advert every advert_interval,
-// at once when its load or profiles change, and soon after a new peer
-// connects (so that it need not wait a whole interval to learn of us).
+// at once when its load or profiles change, and soon after new peers join
+// the adverts topic (advertRepeats).
 func (d *discoverer) publishAdverts(ctx context.Context) {
 	t := time.NewTicker(advertCheck)
 	defer t.Stop()
@@ -274,22 +348,26 @@ func (d *discoverer) publishAdverts(ctx context.Context) {
 	var lastProfiles []string
 	var lastAt time.Time
 	peers := 0
-	var soon time.Time
+	var soon []time.Time // pending repeats, in order
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			if n := len(d.h.Network().Peers()); n != peers {
+			if n := d.gossip.TopicPeers(); n != peers {
 				if n > peers {
-					soon = now.Add(1500 * time.Millisecond) // after a gossipsub heartbeat has grafted it
+					soon = soon[:0]
+					for _, r := range advertRepeats {
+						soon = append(soon, now.Add(r))
+					}
 				}
 				peers = n
 			}
 			// Compare the cheap figures first; sign only what is published.
 			load, profiles := d.eng.Capacity(), d.profileNames()
 			changed := load != last || !slices.Equal(profiles, lastProfiles)
-			due := now.Sub(lastAt) >= d.cfg.AdvertInterval.Std() || (!soon.IsZero() && !now.Before(soon))
+			repeat := len(soon) > 0 && !now.Before(soon[0])
+			due := now.Sub(lastAt) >= d.cfg.AdvertInterval.Std() || repeat
 			if !changed && !due {
 				continue
 			}
@@ -302,66 +380,165 @@ func (d *discoverer) publishAdverts(ctx context.Context) {
 				d.log.Debug("publish advert", "err", err)
 				continue
 			}
-			last, lastProfiles, lastAt, soon = a.Capacity, profiles, now, time.Time{}
+			last, lastProfiles, lastAt = a.Capacity, profiles, now
+			for len(soon) > 0 && !now.Before(soon[0]) {
+				soon = soon[1:]
+			}
 		}
 	}
 }
 
-// providers lists peers that offer profile: known ones first, then, when
-// none is known and the DHT is on, those the DHT names (connected and
-// asked before they are returned).
-func (d *discoverer) providers(ctx context.Context, profile string) []peer.ID {
-	var out []peer.ID
-	for p, k := range d.eng.KnownCapabilities() {
-		if slices.ContainsFunc(k.Assertion.Profiles, func(x protocol.Profile) bool { return x.Name == profile }) && !d.gate.denied(p) {
-			out = append(out, p)
-		}
-	}
-	if len(out) > 0 || d.dht == nil {
-		return out
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// providers lists the peers that offer profile and that this node is now
+// connected to, and, apart, the known providers it cannot reach, each with
+// the reason. Known providers (verified capabilities, from queries and
+// gossip) come first: each one not connected is dialled, at the addresses
+// the peerstore has or, when it has none (a gossiped advert carries none),
+// at those the DHT finds. When none of them can be reached and the DHT is
+// on, the providers the DHT names are connected and asked too.
+func (d *discoverer) providers(ctx context.Context, profile string) ([]peer.ID, map[peer.ID]error) {
+	ctx, cancel := context.WithTimeout(ctx, providersTimeout)
 	defer cancel()
+	var (
+		out         []peer.ID
+		unreachable = map[peer.ID]error{}
+		mu          sync.Mutex
+		wg          sync.WaitGroup
+	)
+	for p, k := range d.eng.KnownCapabilities() {
+		if p == d.h.ID() || d.gate.denied(p) || !slices.ContainsFunc(k.Assertion.Profiles, func(x protocol.Profile) bool { return x.Name == profile }) {
+			continue
+		}
+		wg.Go(func() {
+			err := d.reach(ctx, p)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				unreachable[p] = err
+				return
+			}
+			out = append(out, p)
+		})
+	}
+	wg.Wait()
+	if len(out) > 0 || d.dht == nil {
+		return out, unreachable
+	}
 	hints, err := d.dht.FindProviders(ctx, profile, 8)
 	if err != nil {
 		d.log.Debug("dht find providers", "profile", profile, "err", err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
 	for _, x := range hints {
 		if x.ID == d.h.ID() || d.gate.denied(x.ID) {
 			continue
 		}
 		d.hint(ctx, x)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := d.h.Connect(ctx, x.AddrInfo()); err != nil {
+				if _, known := unreachable[x.ID]; !known {
+					mu.Lock()
+					unreachable[x.ID] = err
+					mu.Unlock()
+				}
 				return
 			}
 			if _, err := d.eng.QueryCapabilities(ctx, x.ID); err == nil {
 				mu.Lock()
 				out = append(out, x.ID)
+				delete(unreachable, x.ID)
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	return out
+	return out, unreachable
 }
 
-// sourcesOf returns the sources that named p, this run and before.
+// Why a known peer cannot be reached.
+var (
+	// errNoAddrs: nothing gave the peer's addresses (a gossiped advert
+	// names none) and the DHT is off.
+	errNoAddrs = errors.New("no address known for it (gossip adverts carry none) and the DHT is off")
+	// errNotInDHT: the peerstore has no address and the DHT found none.
+	errNotInDHT = errors.New("no address known for it, and the DHT does not know it")
+)
+
+// reach connects to p unless it is connected already: at the addresses the
+// peerstore holds, else (or when those fail) at the addresses the DHT
+// finds, which are then kept like any other hint's.
+func (d *discoverer) reach(ctx context.Context, p peer.ID) error {
+	if d.h.Network().Connectedness(p) == network.Connected {
+		return nil
+	}
+	var dialErr error
+	if len(d.h.Peerstore().Addrs(p)) > 0 {
+		dctx, cancel := context.WithTimeout(ctx, reachDialTimeout)
+		dialErr = d.h.Connect(dctx, peer.AddrInfo{ID: p})
+		cancel()
+		if dialErr == nil {
+			return nil
+		}
+	}
+	if d.dht == nil {
+		if dialErr != nil {
+			return dialErr
+		}
+		return errNoAddrs
+	}
+	ai, err := d.dht.FindPeer(ctx, p)
+	if err != nil || len(ai.Addrs) == 0 {
+		if dialErr != nil {
+			return fmt.Errorf("%w; the DHT found no other address: %v", dialErr, err)
+		}
+		return fmt.Errorf("%w (%v)", errNotInDHT, err)
+	}
+	d.hint(ctx, discovery.Hint{ID: p, Addrs: ai.Addrs, Source: discovery.SourceDHT})
+	dctx, cancel := context.WithTimeout(ctx, reachDialTimeout)
+	defer cancel()
+	return d.h.Connect(dctx, ai)
+}
+
+// sourcesOf returns the sources that named p: this run's, and those the
+// store remembers from earlier runs that are still on (a peer found over
+// mDNS before a restart with mdns = false is not shown as an mDNS find).
+// A peer no source named, that connected to this node or that the DHT's
+// traffic brought, is shown as "dht" when it is in the DHT's routing
+// table, and as "inbound" when it dialed this node.
 func (d *discoverer) sourcesOf(p peer.ID, stored []string) []string {
 	set := map[string]bool{}
 	for _, s := range stored {
-		set[s] = true
+		if d.sourceOn(discovery.Source(s)) {
+			set[s] = true
+		}
 	}
 	d.mu.Lock()
 	for s := range d.sources[p] {
 		set[string(s)] = true
 	}
 	d.mu.Unlock()
+	if len(set) == 0 {
+		switch {
+		case d.dht != nil && d.dht.InRoutingTable(p):
+			set[string(discovery.SourceDHT)] = true
+		case slices.ContainsFunc(d.h.Network().ConnsToPeer(p), func(c network.Conn) bool { return c.Stat().Direction == network.DirInbound }):
+			set["inbound"] = true
+		}
+	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// sourceOn reports whether a source may still name peers in this run.
+func (d *discoverer) sourceOn(s discovery.Source) bool {
+	switch s {
+	case discovery.SourceMDNS:
+		return d.cfg.MDNS
+	case discovery.SourceDNSSD:
+		return len(d.cfg.DNSSDDomains) > 0
+	case discovery.SourceDHT:
+		return d.dht != nil
+	case discovery.SourceGossip:
+		return d.gossip != nil
+	}
+	return true // static, and anything an older version wrote
 }
 
 func (d *discoverer) lastHeard(p peer.ID) time.Time {
@@ -393,9 +570,12 @@ func (n *Node) handleDiscovery(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var providers map[peer.ID]bool
+	var unreachable map[peer.ID]error
 	if profile != "" {
 		providers = map[peer.ID]bool{}
-		for _, p := range d.providers(r.Context(), profile) {
+		var found []peer.ID
+		found, unreachable = d.providers(r.Context(), profile)
+		for _, p := range found {
 			providers[p] = true
 		}
 	}
@@ -425,13 +605,16 @@ func (n *Node) handleDiscovery(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		p := byID[id]
-		if providers != nil && !providers[id] {
+		if _, why := unreachable[id]; providers != nil && !providers[id] && !why {
 			continue
 		}
 		e := api.DiscoveredPeer{
 			ID: id.String(), Sources: d.sourcesOf(id, p.Sources), Addrs: p.Addrs, Trust: p.Trust.String(),
 			Access: p.Access.String(), Connected: d.h.Network().Connectedness(id) == network.Connected,
 			Profiles: []string{}, LastSeen: p.LastSeen, Provider: providers[id],
+		}
+		if err := unreachable[id]; err != nil {
+			e.Unreachable = oneLine(err.Error())
 		}
 		if t := d.lastHeard(id); t.After(e.LastSeen) {
 			e.LastSeen = t

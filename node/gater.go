@@ -18,6 +18,9 @@ import (
 // handshake never waits on the disk, and changes apply at once.
 type gater struct {
 	allowlist bool
+	// refused, when set, hears every inbound connection refused because
+	// of the lists (set before the host starts; see refusalLog).
+	refused func(peer.ID, network.ConnMultiaddrs)
 
 	mu     sync.RWMutex
 	access map[peer.ID]store.Access
@@ -69,8 +72,14 @@ func (g *gater) InterceptAccept(network.ConnMultiaddrs) bool { return true }
 
 // InterceptSecured runs once the remote peer is authenticated, in both
 // directions: the place for the allow and deny lists.
-func (g *gater) InterceptSecured(_ network.Direction, p peer.ID, _ network.ConnMultiaddrs) bool {
-	return g.admits(p)
+func (g *gater) InterceptSecured(dir network.Direction, p peer.ID, addrs network.ConnMultiaddrs) bool {
+	if g.admits(p) {
+		return true
+	}
+	if dir == network.DirInbound && g.refused != nil {
+		g.refused(p, addrs)
+	}
+	return false
 }
 
 // InterceptUpgraded allows what InterceptSecured allowed.

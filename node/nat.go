@@ -2,9 +2,13 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/event"
@@ -44,6 +48,21 @@ const (
 
 	// relayDialTimeout bounds the first connection to the static relays.
 	relayDialTimeout = 10 * time.Second
+
+	// relayRecheck is how often auto-relay may look at the static relays
+	// again while it holds fewer reservations than there are relays: a
+	// relay that comes back is reserved on within that (go-libp2p's
+	// default, 30 s, is for relays found in a large DHT).
+	relayRecheck = 2 * time.Second
+
+	// relayPingEvery and relayPingTimeout: how often each connected static
+	// relay is pinged, and how long a ping may take before the connection
+	// counts as dead and is closed. A relay that dies says nothing on QUIC,
+	// whose connection would otherwise linger until its idle timeout
+	// (30 s), and auto-relay would keep handing out circuit addresses
+	// through it until then.
+	relayPingEvery   = 2 * time.Second
+	relayPingTimeout = 3 * time.Second
 )
 
 // natOptions are the host options of [nat]: AutoNAT v2, hole punching,
@@ -57,10 +76,13 @@ const (
 // DHT's "auto" mode makes it a server.
 func (n *Node) natOptions(gate *gater) []libp2p.Option {
 	c := n.cfg.NAT
+	refusals := newRefusalLog(n.log)
+	gate.refused = func(p peer.ID, a network.ConnMultiaddrs) { refusals.log(p, "connection", a.RemoteMultiaddr()) }
 	opts := []libp2p.Option{
 		libp2p.EnableAutoNATv2(),
 		libp2p.EnableHolePunching(holepunch.WithMetricsAndEventTracer(holepunch.NewMetricsTracer(), punchTracer{n})),
 		libp2p.EnableRelay(),
+		libp2p.AddrsFactory(n.addrsFactory),
 	}
 	if c.PortMapping {
 		opts = append(opts, libp2p.NATPortMap())
@@ -71,7 +93,7 @@ func (n *Node) natOptions(gate *gater) []libp2p.Option {
 			libp2p.EnableNATService(),
 			libp2p.EnableRelayService(
 				relayv2.WithResources(relayResources(c, n.cfg.Policy.Mode)),
-				relayv2.WithACL(relayACL{gate})),
+				relayv2.WithACL(relayACL{gate, refusals})),
 		)
 		if len(c.Relays) > 0 {
 			n.log.Info("[nat] relays ignored: a relay node is public and reserves no slot elsewhere")
@@ -79,7 +101,8 @@ func (n *Node) natOptions(gate *gater) []libp2p.Option {
 	} else if relays := staticRelays(c.Relays); len(relays) > 0 {
 		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(relays,
 			autorelay.WithBootDelay(c.RelayBootDelay.Std()),
-			autorelay.WithBackoff(relayRetry)))
+			autorelay.WithBackoff(relayRetry),
+			autorelay.WithMinInterval(relayRecheck)))
 	}
 	return opts
 }
@@ -127,14 +150,59 @@ func staticRelays(addrs []string) []peer.AddrInfo {
 // asks again for every reservation and every circuit, so that it never
 // relays for a peer the list no longer admits, whatever connection that
 // peer still holds.
-type relayACL struct{ g *gater }
+type relayACL struct {
+	g   *gater
+	log *refusalLog
+}
 
 // AllowReserve admits a reservation from a peer the gater admits.
-func (a relayACL) AllowReserve(p peer.ID, _ ma.Multiaddr) bool { return a.g.admits(p) }
+func (a relayACL) AllowReserve(p peer.ID, addr ma.Multiaddr) bool {
+	if a.g.admits(p) {
+		return true
+	}
+	a.log.log(p, "relay reservation", addr)
+	return false
+}
 
 // AllowConnect admits a circuit when the gater admits both ends.
-func (a relayACL) AllowConnect(src peer.ID, _ ma.Multiaddr, dest peer.ID) bool {
-	return a.g.admits(src) && a.g.admits(dest)
+func (a relayACL) AllowConnect(src peer.ID, addr ma.Multiaddr, dest peer.ID) bool {
+	switch {
+	case !a.g.admits(src):
+		a.log.log(src, "relayed connection", addr)
+		return false
+	case !a.g.admits(dest):
+		a.log.log(dest, "relayed connection to it", addr)
+		return false
+	}
+	return true
+}
+
+// refusalLog logs, at info level, the peers refused because the
+// allow/deny lists do not admit them: a relay owner who forgot "kith peers
+// allow" sees which peer knocked. At most refusalBurst lines, then one per
+// refusalEvery; what that drops is counted into the next line.
+type refusalLog struct {
+	l       *slog.Logger
+	lim     *rate.Limiter
+	dropped atomic.Uint64
+}
+
+const (
+	refusalEvery = time.Second
+	refusalBurst = 5
+)
+
+func newRefusalLog(l *slog.Logger) *refusalLog {
+	return &refusalLog{l: l, lim: rate.NewLimiter(rate.Every(refusalEvery), refusalBurst)}
+}
+
+func (r *refusalLog) log(p peer.ID, what string, addr ma.Multiaddr) {
+	if !r.lim.Allow() {
+		r.dropped.Add(1)
+		return
+	}
+	r.l.Info("refused a peer that is not allowed", "peer", p, "what", what, "addr", addr,
+		"not_logged_since_last", r.dropped.Swap(0))
 }
 
 // natState is what the node has learned about how peers reach it, for
@@ -149,6 +217,7 @@ type natState struct {
 	reachable    []ma.Multiaddr
 	unreachable  []ma.Multiaddr
 	observed     map[network.Conn]ma.Multiaddr // our address as the far end of each connection sees it
+	learned      map[string]ma.Multiaddr       // by transport: what a relay saw on a side connection (natlearn.go)
 	punches      map[peer.ID]holePunch         // the last hole punch with each peer
 }
 
@@ -191,6 +260,11 @@ func (s *natState) snapshot() natSnapshot {
 	}
 	for a, ps := range observers {
 		out.observed[a] = len(ps)
+	}
+	for _, a := range s.learned {
+		if _, ok := out.observed[a.String()]; !ok {
+			out.observed[a.String()] = 1
+		}
 	}
 	for p, hp := range s.punches {
 		out.punches[p] = hp
@@ -276,6 +350,7 @@ func (t punchTracer) Trace(evt *holepunch.Event) {
 	}
 	hp.at = time.Unix(0, evt.Timestamp)
 	t.n.nat.punched(evt.Remote, hp)
+	hp.err = oneLine(hp.err)
 	if hp.success {
 		t.n.log.Info("direct connection to a relayed peer", "peer", evt.Remote, "via", what, "elapsed", hp.elapsed)
 	} else {
@@ -318,6 +393,8 @@ func (n *Node) runNAT(ctx context.Context, h host.Host, sub event.Subscription) 
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		wg.Go(func() { n.dialRelays(ctx, h) })
+		wg.Go(func() { n.watchRelays(ctx, h) })
+		wg.Go(func() { n.learnAddrs(ctx, h) })
 		t := time.NewTimer(c.RelayBootDelay.Std())
 		defer t.Stop()
 		boot = t.C
@@ -375,6 +452,38 @@ func (n *Node) dialRelays(ctx context.Context, h host.Host) {
 		})
 	}
 	wg.Wait()
+}
+
+// watchRelays pings each connected static relay every relayPingEvery and
+// closes the connections to one that does not answer within
+// relayPingTimeout: auto-relay then drops its circuit addresses at once
+// and looks for a reservation again (every relayRecheck).
+func (n *Node) watchRelays(ctx context.Context, h host.Host) {
+	relays := staticRelays(n.cfg.NAT.Relays)
+	t := time.NewTicker(relayPingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for _, ai := range relays {
+			if h.Network().Connectedness(ai.ID) != network.Connected {
+				continue
+			}
+			wg.Go(func() {
+				pctx, cancel := context.WithTimeout(ctx, relayPingTimeout)
+				defer cancel()
+				if _, err := pingOnce(pctx, h, ai.ID); err != nil && ctx.Err() == nil {
+					n.log.Info("relay not answering; closing its connections", "relay", ai.ID, "err", err)
+					_ = h.Network().ClosePeer(ai.ID)
+				}
+			})
+		}
+		wg.Wait()
+	}
 }
 
 // holePunchReady reports whether go-libp2p's hole punching service has

@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
@@ -31,6 +32,27 @@ import (
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
+
+// ErrListen: the host could not listen on one of the configured addresses
+// (the port is taken, the address is not this machine's, ...). A node
+// never runs on some of its addresses only.
+var ErrListen = errors.New("node: cannot listen")
+
+// listen makes h listen on every address, failing on the first that does
+// not bind, by name: a daemon half-started on one transport would look
+// healthy while peers fail to reach it on the other.
+func listen(h host.Host, addrs []string) error {
+	for _, s := range addrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return fmt.Errorf("%w on %s: %v", ErrListen, s, err)
+		}
+		if err := h.Network().Listen(a); err != nil {
+			return fmt.Errorf("%w on %s: %v (is another kith daemon, or another program, using it? change listen in the config or pass --listen)", ErrListen, s, err)
+		}
+	}
+	return nil
+}
 
 // Options are what a caller adds to the config file.
 type Options struct {
@@ -128,11 +150,13 @@ func (n *Node) SocketPath() string { return n.cfg.SocketPath(n.home) }
 // Run starts the node and serves until ctx ends, then stops everything in
 // order (API, engine, host, store) and returns.
 func (n *Node) Run(ctx context.Context) (err error) {
-	id, err := crypto.LoadIdentity(filepath.Join(n.home, IdentityFile))
+	id, err := readIdentity(n.home)
 	if err != nil {
-		return fmt.Errorf("%w (run kith init first?)", err)
+		return err
 	}
-	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable})
+	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
+		Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
+	})
 	if err != nil {
 		return err
 	}
@@ -151,7 +175,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		libp2p.Identity(id.Libp2pKey()),
 		libp2p.ConnectionGater(gate),
 		libp2p.ResourceManager(rm),
-		libp2p.ListenAddrStrings(n.cfg.Listen...),
+		// Listening happens below, address by address: libp2p's own
+		// listen succeeds when any one address binds.
+		libp2p.NoListenAddrs,
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(quic.NewTransport),
 		libp2p.UserAgent("kith/" + Version),
@@ -160,6 +186,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("node: libp2p host: %w", err)
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
+	if err := listen(h, n.cfg.Listen); err != nil {
+		return err
+	}
 	natSub, err := natEvents(h)
 	if err != nil {
 		return fmt.Errorf("node: event subscription: %w", err)
@@ -177,7 +206,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		n.log.Info("no GPU inventory; profiles that need VRAM will be refused", "reason", noGPU)
 	}
 	eng, err := delegation.New(delegation.Config{
-		Identity: id, Store: st, Dialer: hostDialer{h}, Finder: fnd, Ledger: ledger,
+		Identity: id, Store: st, Dialer: hostDialer{h, fnd}, Finder: fnd, Ledger: ledger,
 		Latency:  h.Peerstore().LatencyEWMA,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
@@ -187,6 +216,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		QueriesPerSecond:    n.cfg.Limits.QueriesPerSecond,
 		QueryBurst:          n.cfg.Limits.QueryBurst,
 		MaxRemoteConcurrent: n.cfg.Limits.MaxRemoteConcurrent,
+		MaxUntrustedRemote:  untrustedSlots(n.cfg.Limits.UntrustedRemoteSlots),
 		DefaultTimeout:      n.cfg.Limits.DefaultTimeout.Std(),
 		MaxTimeout:          n.cfg.Limits.MaxTimeout.Std(),
 		DefaultHopLimit:     uint32(n.cfg.Limits.DefaultHopLimit),
@@ -200,7 +230,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return err
 	}
 	for name, hf := range n.opts.Handlers {
-		if err := eng.Register(name, hf); err != nil {
+		// Go handlers spend what they like: like every executor but
+		// echo, only named peers may use them.
+		if err := eng.Register(name, hf, func(p *delegation.Profile) { p.MinTrust = NamedPeerTrust }); err != nil {
 			return err
 		}
 	}
@@ -299,9 +331,24 @@ func listenSocket(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-type hostDialer struct{ h host.Host }
+type hostDialer struct {
+	h   host.Host
+	fnd *finder // to look up the addresses of a peer known by ID alone
+}
 
 func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Stream, error) {
+	if d.fnd.disc != nil && d.h.Network().Connectedness(p) != network.Connected && len(d.h.Peerstore().Addrs(p)) == 0 {
+		// A peer known from a gossiped advert, or named by ID alone: find
+		// its addresses (the DHT) first, or say why there are none.
+		if err := d.fnd.disc.reach(ctx, p); err != nil {
+			return nil, fmt.Errorf("node: reach %s: %w", p, err)
+		}
+	}
+	// The engine paces its own tries (a reattach waits at most 5 s between
+	// them); libp2p's dial backoff, which grows to minutes after repeated
+	// failures, would leave a path that came back (a restarted relay)
+	// unused until long after a delegation's deadline.
+	clearDialBackoff(d.h, p)
 	// A peer behind NAT may be reachable only through a relay (a limited
 	// connection); libp2p still opens new streams on a direct connection
 	// whenever there is one.
@@ -320,7 +367,8 @@ func (f *finder) Candidates(ctx context.Context, profile string) []peer.ID {
 	seen := map[peer.ID]bool{}
 	var out []peer.ID
 	if f.disc != nil {
-		for _, p := range f.disc.providers(ctx, profile) {
+		found, _ := f.disc.providers(ctx, profile)
+		for _, p := range found {
 			seen[p] = true
 			out = append(out, p)
 		}
@@ -361,12 +409,36 @@ func AddPeerToStore(st *store.Store, addr string, source string) (peer.AddrInfo,
 	return *ai, err
 }
 
+// addConfigPeer records a static peer of the config. Naming a peer there
+// is naming it to kith, as "kith peers add" is, so a peer that becomes
+// static here is raised to NamedPeerTrust; one that already was keeps the
+// trust it has, so a trust the user lowered later is not raised again at
+// every start.
+func addConfigPeer(st *store.Store, addr string) error {
+	ai, err := peer.AddrInfoFromString(addr)
+	if err != nil {
+		return fmt.Errorf("peer address %q: %w (want a full multiaddr ending in /p2p/<peer id>)", addr, err)
+	}
+	rec, err := st.GetPeer(ai.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	wasStatic := err == nil && slices.Contains(rec.Sources, "static")
+	if _, err := AddPeerToStore(st, addr, "static"); err != nil {
+		return err
+	}
+	if !wasStatic {
+		_, err = st.RaiseTrust(ai.ID, NamedPeerTrust, "config peers")
+	}
+	return err
+}
+
 // connectStatic records the config's static peers, puts every stored
 // peer's addresses in the peerstore, and dials them, retrying those that
 // fail with a growing interval.
 func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) {
 	for _, a := range n.cfg.Peers {
-		if _, err := AddPeerToStore(st, a, "static"); err != nil {
+		if err := addConfigPeer(st, a); err != nil {
 			n.log.Warn("static peer", "addr", a, "err", err)
 		}
 	}
@@ -388,6 +460,10 @@ func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) 
 			if h.Network().Connectedness(p.ID) == network.Connected || len(addrs) == 0 {
 				continue
 			}
+			// A failed dial backs the address off for seconds in the
+			// swarm; a static peer that was still booting (the hub of a
+			// star, restarted) must be redialled on this schedule.
+			clearDialBackoff(h, p.ID)
 			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := h.Connect(dctx, peer.AddrInfo{ID: p.ID, Addrs: addrs}); err != nil {
 				missing++
@@ -448,3 +524,32 @@ func (n *Node) maintain(ctx context.Context, st *store.Store) {
 
 // Version is the kith version string.
 const Version = "0.1.0"
+
+// untrustedSlots maps untrusted_remote_slots to the engine's setting, where
+// 0 means the default and a negative count means none.
+func untrustedSlots(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// clearDialBackoff forgets libp2p's dial backoff for p and for the relays
+// of p's circuit addresses, so the next dial tries every address now.
+func clearDialBackoff(h host.Host, p peer.ID) {
+	sw, ok := h.Network().(*swarm.Swarm)
+	if !ok {
+		return
+	}
+	sw.Backoff().Clear(p)
+	for _, a := range h.Peerstore().Addrs(p) {
+		if _, err := a.ValueForProtocol(ma.P_CIRCUIT); err != nil {
+			continue
+		}
+		if v, err := a.ValueForProtocol(ma.P_P2P); err == nil {
+			if relay, err := peer.Decode(v); err == nil {
+				sw.Backoff().Clear(relay)
+			}
+		}
+	}
+}

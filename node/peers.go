@@ -24,6 +24,14 @@ type PeerChange struct {
 	Origin string               // who asked, for the audit log
 }
 
+// NamedPeerTrust is the trust a peer gets when the user names it: "kith
+// peers add" (or the config's peers) and "kith peers allow" raise it to
+// this level, never lower it, and leave a denied peer denied. Peers that
+// discovery found (mDNS, DNS-SD, the DHT, gossip) stay untrusted until the
+// user says otherwise; profiles other than echo need this level by default
+// (config.Profile.MinTrust), so a stranger on the LAN cannot use them.
+const NamedPeerTrust = protocol.Verified
+
 // ParsePeerID parses a peer ID with an error that says what was wrong.
 func ParsePeerID(s string) (peer.ID, error) {
 	p, err := peer.Decode(s)
@@ -42,7 +50,14 @@ func (c PeerChange) ApplyToStore(st *store.Store) error {
 	case c.Trust != nil:
 		return st.SetTrust(c.Peer, *c.Trust, c.Origin)
 	case c.Access != nil:
-		return st.SetAccess(c.Peer, *c.Access, c.Origin)
+		if err := st.SetAccess(c.Peer, *c.Access, c.Origin); err != nil {
+			return err
+		}
+		if *c.Access == store.AccessAllow {
+			_, err := st.RaiseTrust(c.Peer, NamedPeerTrust, c.Origin)
+			return err
+		}
+		return nil
 	}
 	return errors.New("node: empty peer change")
 }

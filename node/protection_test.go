@@ -97,6 +97,11 @@ func TestFloodIsRateLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The good peer is one b's user named; the flooder is a stranger, and
+	// strangers share one slot of the pool between them.
+	if err := b.Store().SetTrust(a.PeerID(), protocol.Verified, "test"); err != nil {
+		t.Fatal(err)
+	}
 	fid := loadIdentity(t, f)
 	quiet := goodRound(t, a, b, time.Second)
 
@@ -124,6 +129,11 @@ func TestSlowLorisStreamsAreClosed(t *testing.T) {
 		if err := connect(n, b); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The good peer is one b's user named; the flooder is a stranger, and
+	// strangers share one slot of the pool between them.
+	if err := b.Store().SetTrust(a.PeerID(), protocol.Verified, "test"); err != nil {
+		t.Fatal(err)
 	}
 	const idle = 40
 	var streams []network.Stream

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -49,6 +50,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if st.RelayService {
 		st.RelayPolicy = n.cfg.Policy.Mode
 	}
+	st.NATNote = natNote(nat, h.Network().ListenAddresses())
 	for _, a := range h.Network().ListenAddresses() {
 		if !isCircuit(a) { // the relay transport "listens" on /p2p-circuit
 			st.ListenAddrs = append(st.ListenAddrs, a.String())
@@ -90,7 +92,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		slices.SortFunc(cp.Conns, func(a, b api.Conn) int { return strings.Compare(a.Addr, b.Addr) })
 		if hp, ok := nat.punches[p]; ok {
-			cp.HolePunch = &api.HolePunch{At: hp.at, Success: hp.success, ElapsedMillis: millis(hp.elapsed), Error: hp.err}
+			cp.HolePunch = &api.HolePunch{At: hp.at, Success: hp.success, ElapsedMillis: millis(hp.elapsed), Error: oneLine(hp.err)}
 		}
 		st.Peers = append(st.Peers, cp)
 	}
@@ -142,6 +144,77 @@ func pingOnce(ctx context.Context, h host.Host, p peer.ID) (time.Duration, error
 	return res.RTT, res.Error
 }
 
+// natVerdictObservations is how many observations, from peers at
+// different IP addresses, go-libp2p wants per transport before it names a
+// NAT type (3 × its 3 addresses per local address, observedaddrs).
+const natVerdictObservations = 9
+
+// natNote explains unknown NAT types: which public addresses peers have
+// observed for each transport, whether the NAT kept the port the node
+// listens on (port-preserving, so hole punching has a chance), and how
+// far that is from the observations go-libp2p needs for a verdict. A home
+// lab that talks only to its relay never gets there.
+func natNote(s natSnapshot, listen []ma.Multiaddr) string {
+	if s.natTCP != network.NATDeviceTypeUnknown && s.natUDP != network.NATDeviceTypeUnknown {
+		return ""
+	}
+	ports := map[string]bool{} // "tcp/4001", "udp/4001"
+	for _, a := range listen {
+		for _, proto := range []int{ma.P_TCP, ma.P_UDP} {
+			if v, err := a.ValueForProtocol(proto); err == nil {
+				ports[ma.ProtocolWithCode(proto).Name+"/"+v] = true
+			}
+		}
+	}
+	var parts []string
+	for _, fam := range []struct {
+		name  string
+		proto int
+		known bool
+	}{{"tcp", ma.P_TCP, s.natTCP != network.NATDeviceTypeUnknown}, {"udp", ma.P_UDP, s.natUDP != network.NATDeviceTypeUnknown}} {
+		if fam.known {
+			continue
+		}
+		observers, kept := 0, 0
+		var seen []string
+		for a, k := range s.observed {
+			m, err := ma.NewMultiaddr(a)
+			if err != nil {
+				continue
+			}
+			port, err := m.ValueForProtocol(fam.proto)
+			if err != nil {
+				continue
+			}
+			observers += k
+			seen = append(seen, a)
+			if ports[fam.name+"/"+port] {
+				kept += k
+			}
+		}
+		switch {
+		case observers == 0:
+			parts = append(parts, fam.name+": no peer has reported this node's public address yet")
+		case kept == observers:
+			slices.Sort(seen)
+			parts = append(parts, fmt.Sprintf("%s: %s (%d %s), the listening port kept (port-preserving so far)",
+				fam.name, strings.Join(seen, ", "), observers, pluralWord(observers, "observation", "observations")))
+		default:
+			slices.Sort(seen)
+			parts = append(parts, fmt.Sprintf("%s: %s (%d %s), the port changed (hole punching may fail)",
+				fam.name, strings.Join(seen, ", "), observers, pluralWord(observers, "observation", "observations")))
+		}
+	}
+	return strings.Join(parts, "; ") + fmt.Sprintf("; a NAT type needs %d observations from peers at different addresses", natVerdictObservations)
+}
+
+func pluralWord(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func natType(t network.NATDeviceType) string {
 	switch t {
 	case network.NATDeviceTypeEndpointIndependent:
@@ -172,3 +245,9 @@ func addrStrings(as []ma.Multiaddr) []string {
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// oneLine joins a multi-line message (go-libp2p's dial errors list one
+// address per line) into one line, for tables and logs.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

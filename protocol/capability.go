@@ -34,6 +34,20 @@ type CapabilityAssertion struct {
 	GrantedTrust TrustLevel // the trust the provider grants the asker
 	IssuedAt     time.Time
 	ExpiresAt    time.Time
+	// MaxPayloadBytes (1.1) is the largest task and result output the
+	// provider carries, in bytes of part content; 0, from a 1.0 peer, means
+	// what fits in one frame (PayloadLimit).
+	MaxPayloadBytes uint64
+}
+
+// PayloadLimit is the largest task a requester may offer this provider:
+// what it advertises, and no more than this build carries; a 1.0 peer, which
+// advertises nothing and cannot join chunks, gets what fits in one frame.
+func (a *CapabilityAssertion) PayloadLimit() int {
+	if a.MaxPayloadBytes == 0 {
+		return ChunkSize - 64<<10 // leave room for the rest of the offer
+	}
+	return int(min(a.MaxPayloadBytes, MaxPayload))
 }
 
 // Profile is a named kind of work a provider offers.
@@ -197,6 +211,7 @@ func (a *CapabilityAssertion) toWire() (*pb.CapabilityAssertion, error) {
 		GrantedTrust:    pb.TrustLevel(a.GrantedTrust),
 		IssuedAtUnixMs:  timeToWire(a.IssuedAt),
 		ExpiresAtUnixMs: timeToWire(a.ExpiresAt),
+		MaxPayloadBytes: a.MaxPayloadBytes,
 	}
 	if a.Capacity != (Capacity{}) {
 		w.Capacity = &pb.Capacity{Active: a.Capacity.Active, FreeSlots: a.Capacity.FreeSlots}
@@ -233,6 +248,8 @@ func capabilityAssertionFromWire(w *pb.CapabilityAssertion) (*CapabilityAssertio
 		Capacity:     Capacity{Active: w.GetCapacity().GetActive(), FreeSlots: w.GetCapacity().GetFreeSlots()},
 		IssuedAt:     timeFromWire(w.GetIssuedAtUnixMs()),
 		ExpiresAt:    timeFromWire(w.GetExpiresAtUnixMs()),
+
+		MaxPayloadBytes: w.GetMaxPayloadBytes(),
 	}
 	ps := w.GetProfiles()
 	if err := checkCount("profiles", len(ps), MaxProfiles); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol/pb"
 )
 
 // Stream is the byte stream a Conn runs over: a libp2p stream in a node, a
@@ -31,11 +32,13 @@ const DefaultIOTimeout = 30 * time.Second
 
 // ConnOptions tune a Conn. The zero value is usable.
 type ConnOptions struct {
-	MaxFrame  int           // DefaultMaxFrame if 0
-	IOTimeout time.Duration // DefaultIOTimeout if 0; bounds each frame write and the Hello read
-	TTL       time.Duration // envelope header lifetime (opener); crypto.DefaultEnvelopeTTL if 0
-	MaxSkew   time.Duration // crypto.DefaultMaxSkew if 0
-	Now       func() time.Time
+	MaxFrame int // DefaultMaxFrame if 0
+	// MaxMessage caps one message joined from chunks; MaxMessage if 0.
+	MaxMessage int
+	IOTimeout  time.Duration // DefaultIOTimeout if 0; bounds each frame write and the Hello read
+	TTL        time.Duration // envelope header lifetime (opener); crypto.DefaultEnvelopeTTL if 0
+	MaxSkew    time.Duration // crypto.DefaultMaxSkew if 0
+	Now        func() time.Time
 }
 
 func (o ConnOptions) ioTimeout() time.Duration {
@@ -142,10 +145,35 @@ func (c *Conn) Send(m Message) error {
 }
 
 // SendEncoded seals and writes an already encoded message (a stored one,
-// resent byte for byte).
+// resent byte for byte). A message larger than ChunkSize goes out as
+// consecutive chunk frames, none of them larger than about ChunkSize.
 func (c *Conn) SendEncoded(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if len(b) <= ChunkSize {
+		return c.sendFrame(b)
+	}
+	if len(b) > MaxMessage {
+		return fmt.Errorf("%w: %d-byte message, limit %d", ErrPayloadTooLarge, len(b), MaxMessage)
+	}
+	for off := 0; off < len(b); off += ChunkSize {
+		ch := &pb.Chunk{Data: b[off:min(off+ChunkSize, len(b))]}
+		if off == 0 {
+			ch.TotalSize = uint64(len(b))
+		}
+		f, err := marshal(&pb.Message{Body: &pb.Message_Chunk{Chunk: ch}})
+		if err != nil {
+			return err
+		}
+		if err := c.sendFrame(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendFrame seals b into one frame and writes it; c.wmu is held.
+func (c *Conn) sendFrame(b []byte) error {
 	// The frame (length prefix, sequence number, ciphertext) is sealed
 	// straight into one buffer and written with one Write: no extra copy of
 	// a large message, and a muxer sends it as one data frame.
@@ -175,19 +203,82 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 }
 
 // RecvRaw is Recv that also returns the message's plaintext encoding, for
-// transcripts and the event log.
+// transcripts and the event log. A chunked message is joined first: the
+// first frame waits up to timeout, each further chunk up to the I/O
+// timeout, and the plaintext returned is the whole encoding, as if it had
+// come in one frame.
 func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
-	f, err := ReadFrameDeadline(c.fr, c.s, timeout)
+	pt, err := c.recvFrame(timeout)
 	if err != nil {
 		return nil, nil, err
 	}
-	pt, err := c.open(f)
-	if err != nil {
+	var w pb.Message
+	if err := unmarshal("message", pt, &w); err != nil {
 		return nil, nil, err
 	}
-	m, err := DecodeMessage(pt)
+	if ch, ok := w.GetBody().(*pb.Message_Chunk); ok {
+		next := func() ([]byte, error) { return c.recvFrame(c.opts.ioTimeout()) }
+		if pt, err = joinChunks(ch.Chunk, c.opts.MaxMessage, next); err != nil {
+			return nil, nil, err
+		}
+		w.Reset()
+		if err := unmarshal("message", pt, &w); err != nil {
+			return nil, nil, err
+		}
+	}
+	m, err := messageFromWire(&w)
 	if err != nil {
 		return nil, nil, err
 	}
 	return m, pt, nil
+}
+
+func (c *Conn) recvFrame(timeout time.Duration) ([]byte, error) {
+	f, err := ReadFrameDeadline(c.fr, c.s, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return c.open(f)
+}
+
+// joinChunks reads the chunk frames that follow first (next returns each
+// one's plaintext) until they add up to the size first declares. Memory
+// grows with the bytes received, never past limit (MaxMessage if 0),
+// whatever size a peer declares.
+func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error)) ([]byte, error) {
+	if limit <= 0 {
+		limit = MaxMessage
+	}
+	total := first.GetTotalSize()
+	switch {
+	case total <= ChunkSize:
+		return nil, invalid("chunk.total_size", "%d bytes fit in one frame; chunks are for larger messages", total)
+	case total > uint64(limit):
+		return nil, &fieldError{path: "chunk.total_size", err: fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, total, limit)}
+	}
+	buf := make([]byte, 0, min(int(total), 2*ChunkSize))
+	ch := first
+	for {
+		data := ch.GetData()
+		if len(data) == 0 || len(buf)+len(data) > int(total) {
+			return nil, invalid("chunk.data", "%d bytes after %d of %d", len(data), len(buf), total)
+		}
+		buf = append(buf, data...)
+		if len(buf) == int(total) {
+			return buf, nil
+		}
+		pt, err := next()
+		if err != nil {
+			return nil, err
+		}
+		var w pb.Message
+		if err := unmarshal("message", pt, &w); err != nil {
+			return nil, err
+		}
+		next, ok := w.GetBody().(*pb.Message_Chunk)
+		if !ok || next.Chunk.GetTotalSize() != 0 {
+			return nil, invalid("chunk", "message interrupted after %d of %d bytes", len(buf), total)
+		}
+		ch = next.Chunk
+	}
 }

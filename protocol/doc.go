@@ -42,6 +42,23 @@
 //	Plaintext of every sealed frame: one encoded pb.Message (EncodeMessage),
 //	carrying exactly one of the eight bodies.
 //
+// # Large messages (1.1)
+//
+// A task or result may carry up to MaxPayload (64 MiB) of part content. A
+// message whose encoding is larger than ChunkSize (1 MiB) is sent as
+// consecutive frames whose body is a Chunk: the first names the total
+// size, each carries the next piece of the encoding, and nothing else may
+// come between them on that direction of the stream. The receiver joins
+// them (refusing a total above its cap before it allocates, and growing
+// its buffer only as bytes arrive) and decodes the whole, so hashes and
+// transcripts cover the same bytes as if the message had come in one
+// frame. No frame is larger than about ChunkSize, whatever the payload.
+//
+//	| len | seq | AES-GCM(Chunk{total_size: N, data: bytes[0:1 MiB]}) |
+//	| len | seq | AES-GCM(Chunk{data: bytes[1 MiB:2 MiB]})            |
+//	| ...                                                            |
+//	| len | seq | AES-GCM(Chunk{data: bytes[k MiB:N]})                |
+//
 // Package crypto encodes the EnvelopeHeader and Hello and seals and opens the
 // frames; this package frames bytes and encodes the plaintext. The schema of
 // all of it, the envelope included, is protocol/pb/kith.proto.
@@ -57,4 +74,9 @@
 //
 //	2026-11-21  /kith/delegate/1.0.0  initial: eight message types, HPKE
 //	                                  envelope, uvarint framing (4 MiB cap).
+//	2026-11-22  1.1                   Chunk (Message field 9): messages over
+//	                                  1 MiB travel in chunks, payloads up to
+//	                                  64 MiB; max_payload_bytes (assertion
+//	                                  field 8); reject reason
+//	                                  payload_too_large (11).
 package protocol

@@ -120,12 +120,15 @@ const (
 	ReasonInsufficientVRAM
 	ReasonVersionUnsupported
 	ReasonExpired
+	// ReasonPayloadTooLarge (1.1): the task is larger than the provider's
+	// max_payload_bytes.
+	ReasonPayloadTooLarge
 )
 
 var reasonNames = [...]string{
 	"unspecified", "busy", "no_matching_profile", "budget_too_low", "budget_too_high",
 	"not_allowed", "rate_limited", "loop_detected", "insufficient_vram",
-	"version_unsupported", "expired",
+	"version_unsupported", "expired", "payload_too_large",
 }
 
 func (r RejectReason) String() string {

@@ -20,6 +20,9 @@ var (
 	// ErrFrameTooLarge: a frame's declared length is above the reader's or
 	// writer's cap.
 	ErrFrameTooLarge = errors.New("protocol: frame too large")
+	// ErrPayloadTooLarge: parts carry more content than MaxPayload, or a
+	// chunked message is larger than the receiver's cap (MaxMessage).
+	ErrPayloadTooLarge = errors.New("protocol: payload too large")
 )
 
 // fieldError is a validation failure at a field path. It matches ErrMalformed

@@ -1,10 +1,11 @@
 package protocol
 
+import "fmt"
+
 // Limits on what one message may carry. Decoders reject anything above
 // them with ErrMalformed, and encoders refuse to produce it, so a value that
 // encodes here decodes on every peer of the same version. Strings are
-// counted in bytes. The frame cap (DefaultMaxFrame) bounds everything else,
-// e.g. the total size of a task's text.
+// counted in bytes.
 //
 // Raising a limit is a compatible change only for the side that receives;
 // lowering one can break old senders. Either is a protocol change: note it
@@ -29,3 +30,32 @@ const (
 	MaxReasonLen        = 1024
 	MaxProgressPermille = 1000
 )
+
+// Payload limits. A task, a result's output, and all the partial output of
+// one delegation together are each at most MaxPayload bytes of part content
+// (PayloadSize). A message whose encoding is larger than ChunkSize travels
+// as consecutive chunk frames (protocol 1.1), so no frame is larger than
+// about ChunkSize whatever the payload, and a receiver holds at most
+// MaxMessage bytes of one message while it joins the chunks.
+const (
+	MaxPayload = 64 << 20
+	ChunkSize  = 1 << 20
+	MaxMessage = MaxPayload + ChunkSize // the payload plus room for the rest of the message
+)
+
+// PayloadSize is the content size of parts as MaxPayload counts it: text,
+// data and inline file bytes.
+func PayloadSize(parts []Part) int {
+	n := 0
+	for i := range parts {
+		n += len(parts[i].Text) + len(parts[i].Data) + len(parts[i].File.Bytes)
+	}
+	return n
+}
+
+func checkPayload(name string, parts []Part) error {
+	if n := PayloadSize(parts); n > MaxPayload {
+		return &fieldError{path: name, err: fmt.Errorf("%w: %d bytes of content, limit %d", ErrPayloadTooLarge, n, MaxPayload)}
+	}
+	return nil
+}

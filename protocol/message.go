@@ -163,6 +163,10 @@ func messageFromWire(w *pb.Message) (Message, error) {
 	case *pb.Message_DelegationCancel:
 		m, err = delegationCancelFromWire(b.DelegationCancel)
 		err = within("delegation_cancel", err)
+	case *pb.Message_Chunk:
+		// Chunks are joined by Conn before decoding; one on its own is
+		// framing out of place.
+		return nil, invalid("chunk", "a chunk is a piece of a message, not a message")
 	default:
 		if len(w.ProtoReflect().GetUnknown()) > 0 {
 			return nil, &fieldError{path: "message", err: fmt.Errorf("%w: message type not known to this version", ErrUnknownEnum)}

@@ -294,7 +294,7 @@ func checkErr(t *testing.T, err, wantIs error, wantField string) {
 }
 
 func TestDecodeMessageRejectsFraming(t *testing.T) {
-	unknownBody := protowire.AppendBytes(protowire.AppendTag(nil, 9, protowire.BytesType), []byte{0x08, 0x01})
+	unknownBody := protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), []byte{0x08, 0x01})
 	cases := []struct {
 		name   string
 		b      []byte
@@ -313,6 +313,13 @@ func TestDecodeMessageRejectsFraming(t *testing.T) {
 			}
 			checkErr(t, err, c.wantIs, "message")
 		})
+	}
+	// A chunk is framing that Conn joins; on its own it is no message.
+	chunk := protowire.AppendBytes(protowire.AppendTag(nil, 9, protowire.BytesType), []byte{0x08, 0x01})
+	if m, err := DecodeMessage(chunk); err == nil || m != nil {
+		t.Fatalf("lone chunk: got %v, %v; want an error", m, err)
+	} else {
+		checkErr(t, err, nil, "chunk")
 	}
 }
 

@@ -71,6 +71,9 @@ func checkParts(name string, ps []Part) error {
 	if err := checkCount(name, len(ps), MaxParts); err != nil {
 		return err
 	}
+	if err := checkPayload(name, ps); err != nil {
+		return err
+	}
 	for i := range ps {
 		if err := at(name, i, ps[i].check()); err != nil {
 			return err

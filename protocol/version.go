@@ -24,7 +24,10 @@ type Version struct {
 }
 
 // Supported lists the versions this build speaks, highest last.
-var Supported = []Version{{1, 0}}
+//
+//	1.0  the eight message types
+//	1.1  chunked messages (Chunk) and max_payload_bytes in assertions
+var Supported = []Version{{1, 0}, {1, 1}}
 
 func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
 

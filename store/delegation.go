@@ -333,6 +333,18 @@ func (s *Store) GetDelegation(role Role, id protocol.DelegationID) (Delegation, 
 	return d, err
 }
 
+// DelegationInfo is GetDelegation without the Offer and Result: cheap
+// whatever their size, for callers that need the record only.
+func (s *Store) DelegationInfo(role Role, id protocol.DelegationID) (Delegation, error) {
+	var d Delegation
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		d, err = getDelegation(txn, role, id, false)
+		return err
+	})
+	return d, err
+}
+
 // UpdateDelegation applies fn to a delegation's non-state fields (Reason,
 // Usage, Result, Peer, Deadline…) and stores it with UpdatedAt = now. It is
 // allowed in any state, terminal included (a result may arrive after the

@@ -40,7 +40,8 @@ type eventRecord struct {
 // to to; a zero ev.At is now; an empty ev.Type is EventState. mutate may
 // run more than once, must not change State or the identity fields (see
 // UpdateDelegation), and must not call the Store. It returns the stored
-// delegation, whose LastSeq is the appended event's sequence number.
+// delegation, whose LastSeq is the appended event's sequence number;
+// without mutate its Offer and Result are left out (unread, unchanged).
 func (s *Store) Transition(role Role, id protocol.DelegationID, to protocol.State, ev Event, mutate func(*Delegation)) (Delegation, error) {
 	return s.TransitionAfter(role, id, nil, to, ev, mutate)
 }
@@ -73,7 +74,9 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 	var committed []Event
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
 		committed = committed[:0]
-		old, err := getDelegation(txn, role, id, true)
+		// Without mutate the blobs cannot change: leave them unread, so a
+		// transition costs the same whatever the size of the offer.
+		old, err := getDelegation(txn, role, id, mutate != nil)
 		if err != nil {
 			return err
 		}

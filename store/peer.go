@@ -263,6 +263,38 @@ func (s *Store) SetAccess(id peer.ID, access Access, origin string) error {
 	})
 }
 
+// RaiseTrust sets a peer's trust to level (adding the peer if unknown) and
+// audits it, unless the peer is denied or already holds level or more; it
+// reports whether it changed anything. It is how a peer the user named
+// (kith peers add, kith peers allow) becomes verified without undoing a
+// higher trust or a deny the user chose.
+func (s *Store) RaiseTrust(id peer.ID, level protocol.TrustLevel, origin string) (raised bool, err error) {
+	if _, err := level.MarshalText(); err != nil {
+		return false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := validPeerID(id); err != nil {
+		return false, err
+	}
+	err = s.update([]string{string(peerKey(id)), lockAudit}, func(txn *badger.Txn) error {
+		raised = false
+		p, err := s.getOrNewPeer(txn, id)
+		if err != nil {
+			return err
+		}
+		if p.Access == AccessDeny || p.Trust >= level {
+			return nil
+		}
+		from := p.Trust.String()
+		p.Trust = level
+		if err := putPeer(txn, p); err != nil {
+			return err
+		}
+		raised = true
+		return s.appendAudit(txn, AuditEntry{Peer: id, Action: AuditTrust, From: from, To: level.String(), Origin: origin})
+	})
+	return raised, err
+}
+
 func (s *Store) setAudited(id peer.ID, action, origin string, change func(*Peer) (from, to string)) error {
 	if err := validPeerID(id); err != nil {
 		return err

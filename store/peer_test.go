@@ -222,3 +222,36 @@ func TestAccessText(t *testing.T) {
 		t.Error("Access(7).MarshalText succeeded")
 	}
 }
+
+// TestRaiseTrust: raising only raises, leaves denied peers alone, adds an
+// unknown peer, and audits exactly the changes it makes.
+func TestRaiseTrust(t *testing.T) {
+	s, _ := openTest(t, Options{})
+	fresh, high, denied := newPeerID(t), newPeerID(t), newPeerID(t)
+	mustNoErr(t, s.SetTrust(high, protocol.Trusted, "cli"))
+	mustNoErr(t, s.SetAccess(denied, AccessDeny, "cli"))
+
+	for _, tt := range []struct {
+		id    peer.ID
+		want  protocol.TrustLevel
+		raise bool
+	}{
+		{fresh, protocol.Verified, true},
+		{fresh, protocol.Verified, false}, // already there
+		{high, protocol.Trusted, false},
+		{denied, protocol.Untrusted, false},
+	} {
+		raised, err := s.RaiseTrust(tt.id, protocol.Verified, "peers add")
+		mustNoErr(t, err)
+		p, err := s.GetPeer(tt.id)
+		mustNoErr(t, err)
+		if raised != tt.raise || p.Trust != tt.want {
+			t.Errorf("RaiseTrust(%s): raised %v, trust %v; want %v, %v", tt.id, raised, p.Trust, tt.raise, tt.want)
+		}
+	}
+	log, err := s.AuditLog(0)
+	mustNoErr(t, err)
+	if len(log) != 3 || log[2].Peer != fresh || log[2].From != "untrusted" || log[2].To != "verified" || log[2].Origin != "peers add" {
+		t.Errorf("audit log %+v; want the two set-ups and one raise of the fresh peer", log)
+	}
+}

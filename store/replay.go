@@ -41,7 +41,14 @@ type replayMem struct {
 	pending   map[string]time.Time // not yet written
 	lastFlush time.Time
 	lastPrune time.Time
+	max       int       // live entries at most (Options.MaxReplayEntries)
+	fullPrune time.Time // when a full cache last looked for expired entries
 }
+
+// fullPruneInterval spaces the scans a full cache makes for expired
+// entries, so a flood against a full cache costs a map lookup per stream,
+// not a scan of the whole map.
+const fullPruneInterval = time.Second
 
 // loadReplay reads the stored, unexpired entries into memory at open.
 func (s *Store) loadReplay() error {
@@ -74,6 +81,13 @@ func (s *Store) loadReplay() error {
 // Each stored entry also carries a badger TTL (rounded up, plus a second),
 // so badger stops returning it and compaction drops it even if PruneReplay
 // never runs; the expiry stored in the value decides, to the nanosecond.
+//
+// The cache holds at most Options.MaxReplayEntries live entries. A new pair
+// arriving when it is full is refused with crypto.ErrReplayCacheFull and
+// not recorded: evicting a live entry would let its message be replayed,
+// while refusing costs only availability, and only until entries expire
+// (the envelope layer caps an entry's life at minutes). Already recorded
+// pairs are still reported seen.
 func (s *Store) CheckAndRemember(sender peer.ID, id crypto.MessageID, expires time.Time) (seen bool, err error) {
 	if err := validPeerID(sender); err != nil {
 		return false, err
@@ -95,6 +109,13 @@ func (s *Store) CheckAndRemember(sender peer.ID, id crypto.MessageID, expires ti
 	defer r.mu.Unlock()
 	if exp, ok := r.seen[key]; ok && exp.After(now) {
 		return true, nil
+	}
+	if len(r.seen) >= r.max && now.Sub(r.fullPrune) >= fullPruneInterval {
+		r.fullPrune = now
+		r.pruneMemLocked(now)
+	}
+	if len(r.seen) >= r.max {
+		return false, fmt.Errorf("%w: %d live entries; message %s from %s refused", crypto.ErrReplayCacheFull, len(r.seen), id, sender)
 	}
 	r.seen[key] = expires
 	r.pending[key] = expires
@@ -118,11 +139,7 @@ func (s *Store) flushReplayLocked(now time.Time) error {
 	r.lastFlush = now
 	if now.Sub(r.lastPrune) >= replayMemPrune {
 		r.lastPrune = now
-		for k, exp := range r.seen {
-			if !exp.After(now) {
-				delete(r.seen, k)
-			}
-		}
+		r.pruneMemLocked(now)
 	}
 	if len(r.pending) == 0 {
 		return nil
@@ -148,6 +165,17 @@ func (s *Store) flushReplayLocked(now time.Time) error {
 	}
 	clear(r.pending)
 	return nil
+}
+
+// pruneMemLocked drops the entries that expired at or before now from
+// memory (an expired pending entry is never written: flush skips it).
+func (r *replayMem) pruneMemLocked(now time.Time) {
+	for k, exp := range r.seen {
+		if !exp.After(now) {
+			delete(r.seen, k)
+			delete(r.pending, k)
+		}
+	}
 }
 
 func getReplay(txn *badger.Txn, key []byte) (expires time.Time, found bool, err error) {
@@ -179,12 +207,7 @@ func replayExpiry(item *badger.Item) (time.Time, error) {
 // are invisible and not counted; compaction removes them.
 func (s *Store) PruneReplay(now time.Time) (removed int, err error) {
 	s.replay.mu.Lock()
-	for k, exp := range s.replay.seen {
-		if !exp.After(now) {
-			delete(s.replay.seen, k)
-			delete(s.replay.pending, k)
-		}
-	}
+	s.replay.pruneMemLocked(now)
 	err = s.flushReplayLocked(s.clock())
 	s.replay.mu.Unlock()
 	if err != nil {

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol"
 )
 
 // Options configure a Store. The zero value is the safe default: durable
@@ -28,6 +31,12 @@ type Options struct {
 	// Now is the clock for record timestamps and replay expiry; nil means
 	// time.Now. Tests inject one to step time without sleeping.
 	Now func() time.Time
+
+	// MaxReplayEntries is the most live replay-cache entries the store
+	// holds; 0 means crypto.DefaultMaxReplayEntries. When it is full, a new
+	// message ID is refused (crypto.ErrReplayCacheFull), never recorded by
+	// evicting a live one; see CheckAndRemember.
+	MaxReplayEntries int
 }
 
 // Badger tuning. Badger's defaults (64 MiB memtables ×5, a 256 MiB block
@@ -47,14 +56,15 @@ const (
 	numMemtables     = 2
 	blockCacheSize   = 8 << 20
 	valueThreshold   = 256 << 10
-	valueLogFileSize = 64 << 20
-	numCompactors    = 2 // badger refuses 1; 0 would never compact
+	valueLogFileSize = 2 * MaxValueSize // badger refuses a value larger than one log file
+	numCompactors    = 2                // badger refuses 1; 0 would never compact
 
 	// MaxValueSize caps one opaque value (an offer, a result, an event's
-	// data, a meta value) on disk; larger ones are ErrInvalid. In memory the
-	// cap is memValueSize: there every value is inline and badger refuses
-	// one over 1 MiB, and JSON's base64 grows event data by a third.
-	MaxValueSize = 16 << 20
+	// data, a meta value) on disk; larger ones are ErrInvalid. It holds the
+	// largest message the protocol carries (protocol.MaxMessage). In memory
+	// the cap is memValueSize: there every value is inline and badger
+	// refuses one over 1 MiB, and JSON's base64 grows event data by a third.
+	MaxValueSize = protocol.MaxMessage + 1<<20
 	memValueSize = 512 << 10
 	maxKeySize   = 1 << 10 // for PutMeta keys; every other key is bounded by construction
 )
@@ -131,6 +141,10 @@ func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, 
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.replay.max = opts.MaxReplayEntries
+	if s.replay.max <= 0 {
+		s.replay.max = crypto.DefaultMaxReplayEntries
+	}
 	if err := s.checkSchema(where); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
@@ -158,6 +172,11 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// MaxValue is the largest opaque value this store takes: an offer or a
+// result of at most this many bytes can be stored. The delegation engine
+// carries no task or result larger than its store can keep.
+func (s *Store) MaxValue() int { return s.maxValue }
 
 // clock returns the current time without its monotonic reading, so that
 // what is returned equals what is stored and read back.

@@ -51,7 +51,11 @@ func daemonCmd() *cobra.Command {
 			}
 			if !check && !crypto.IdentityExists(filepath.Join(home, node.IdentityFile)) {
 				// A fresh machine needs one command to run a node.
-				id, err := node.Init(home, listen)
+				initListen := listen
+				if _, err := os.Stat(node.ConfigPath(home)); err == nil {
+					initListen = nil // the config stays; --listen overrides it below
+				}
+				id, err := node.Init(home, initListen)
 				if err != nil {
 					return err
 				}

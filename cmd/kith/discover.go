@@ -39,8 +39,11 @@ verifies their capabilities first.`,
 			if asJSON {
 				return printJSON(out, d)
 			}
-			if profile != "" && len(d.Peers) == 0 {
-				return fmt.Errorf("no provider of %q found", profile)
+			if profile != "" && !slices.ContainsFunc(d.Peers, func(p api.DiscoveredPeer) bool { return p.Provider }) {
+				for _, p := range d.Peers {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s offers %s but cannot be reached: %s\n", p.ID, profile, p.Unreachable)
+				}
+				return fmt.Errorf("no reachable provider of %q found", profile)
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PEER\tSOURCES\tPROFILES\tTRUST\tLOAD\tRTT\tCONNECTED\tLAST SEEN")
@@ -75,6 +78,11 @@ verifies their capabilities first.`,
 			}
 			if d.DHTMode != "" {
 				fmt.Fprintf(out, "\nDHT mode: %s\n", d.DHTMode)
+			}
+			for _, p := range d.Peers {
+				if p.Unreachable != "" {
+					fmt.Fprintf(out, "%s offers %s but cannot be reached: %s\n", p.ID, profile, p.Unreachable)
+				}
 			}
 			printCounters(out, "dropped input", d.Dropped)
 			printCounters(out, "refused capability assertions", d.Rejected)

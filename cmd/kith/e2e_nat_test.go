@@ -183,6 +183,16 @@ func natScenario(t *testing.T, transport, masquerade string) *natResult {
 	if p, ok := peerIn(js, a.id); !ok || p.Path != res.rttPath || p.RTTMillis <= 0 {
 		t.Fatalf("kith status --json on b: a is %+v", p)
 	}
+	// One line per peer, however many addresses a failed hole punch
+	// tried; and an unknown NAT type comes with what is known.
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "* [") {
+			t.Fatalf("kith status breaks a hole punch error over lines:\n%s", out)
+		}
+	}
+	if js.NATTCP == "unknown" && !strings.Contains(out, "a NAT type needs") {
+		t.Fatalf("kith status shows an unknown NAT type without saying why:\n%s", out)
+	}
 	t.Logf("kith status on b:\n%s", out)
 	return res
 }

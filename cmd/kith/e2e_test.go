@@ -34,6 +34,16 @@ func pair(t *testing.T, bConfig string) (a, b *testNode) {
 	return a, b
 }
 
+// pairNamed is pair, and b allows a by name ("kith peers allow"), which
+// makes a verified on b: by default only verified peers may use b's
+// profiles other than echo.
+func pairNamed(t *testing.T, bConfig string) (a, b *testNode) {
+	t.Helper()
+	a, b = pair(t, bConfig)
+	b.kith("peers", "allow", a.id).mustSucceed(t)
+	return a, b
+}
+
 // shortID is how the CLI's tables abbreviate a peer ID.
 func shortID(id string) string { return id[:6] + "…" + id[len(id)-6:] }
 
@@ -186,6 +196,8 @@ command = %s
 	a.start()
 	b.start()
 	a.kith("peers", "add", b.addr("/quic-v1")).mustSucceed(t)
+	// Exec profiles are for verified peers; adding a by name makes it one.
+	b.kith("peers", "add", a.addr("/quic-v1")).mustSucceed(t)
 
 	r := a.kith("delegate", "--profile", "upper", "--peer", b.id, "--budget", "100", "shout this")
 	r.mustSucceed(t)
@@ -199,9 +211,14 @@ command = %s
 		t.Fatalf("delegate to a command that exits 7 succeeded; %v", r)
 	}
 	id := delegationID(t, r)
+	// The requester learns that the executor failed, not how: the exit
+	// status and stderr of b's command stay on b, in its own record.
 	d := showJSON(t, a, id)
-	if d.State != "failed" || !strings.Contains(d.Reason, "exit status 7") || !strings.Contains(d.Reason, "boom") {
-		t.Errorf("failed command: state %s, reason %q; want failed with \"exit status 7\" and the stderr \"boom\"", d.State, d.Reason)
+	if d.State != "failed" || !strings.HasPrefix(d.Reason, "executor_failed") || strings.Contains(d.Reason, "boom") || strings.Contains(d.Reason, "exit status") {
+		t.Errorf("failed command on a: state %s, reason %q; want failed executor_failed without b's stderr or exit status", d.State, d.Reason)
+	}
+	if pd := showJSON(t, b, id); pd.State != "failed" || !strings.Contains(pd.Reason, "exit status 7") || !strings.Contains(pd.Reason, "boom") {
+		t.Errorf("failed command on b: state %s, reason %q; want failed with \"exit status 7\" and the stderr \"boom\"", pd.State, pd.Reason)
 	}
 	// A failure is signed like a success.
 	mustVerify(t, a, id, b, "failed")
@@ -271,7 +288,7 @@ func TestE2EOpenAI(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close) // registered first, so it closes after the daemons are gone
 
-	a, b := pair(t, fmt.Sprintf(`[[profiles]]
+	a, b := pairNamed(t, fmt.Sprintf(`[[profiles]]
 name = "llm"
 executor = "openai"
 url = %q
@@ -314,7 +331,7 @@ model = "test"
 // restarted on the same home, reattaches and collects the verified result.
 func TestE2ERequesterKilled(t *testing.T) {
 	gate := filepath.Join(testDir(t), "gate")
-	a, b := pair(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
+	a, b := pairNamed(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
 
 	c := a.client()
 	defer c.Close()
@@ -349,7 +366,7 @@ func TestE2ERequesterKilled(t *testing.T) {
 // before its own timeout.
 func TestE2EProviderKilled(t *testing.T) {
 	gate := filepath.Join(testDir(t), "gate")
-	a, b := pair(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
+	a, b := pairNamed(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
 
 	bg := a.kithBackground("delegate", "--profile", "slow", "--peer", b.id, "--budget", "100", "--timeout", "60s", "never finishes")
 	line := bg.line(t, "the delegation ID", delegationLine.MatchString)
@@ -402,6 +419,25 @@ func TestE2EConfigAndDaemonErrors(t *testing.T) {
 		cfg + ":1:", // where: file and line
 		`log_levle: unknown key; did you mean "log_level"?`, // the unknown key
 		"limits.default_hop_limit: 99 is out of range",      // the invalid value
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("daemon --check: stderr lacks %q; %v", want, r)
+		}
+	}
+	// A value of the wrong type hides none of the others.
+	bad = "log_level = \"chatty\"\n\n[limits]\ndefault_hop_limit = 99\n\n[[profiles]]\nname = \"gpu\"\nexecutor = \"echo\"\nvram_mib = -5\nmin_trust = 3\n"
+	if err := os.WriteFile(cfg, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = n.kith("daemon", "--check")
+	if r.code == 0 || strings.Contains(r.stdout, "config ok") {
+		t.Fatalf("daemon --check passed a bad config; %v", r)
+	}
+	for _, want := range []string{
+		cfg + ":9: profiles[0].vram_mib: -5 is negative",
+		cfg + ":10: profiles[0].min_trust: wrong type: want a string, got a TOML integer",
+		cfg + `:1: log_level: "chatty" is not a level`,
+		cfg + ":4: limits.default_hop_limit: 99 is out of range",
 	} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("daemon --check: stderr lacks %q; %v", want, r)

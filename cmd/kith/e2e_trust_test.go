@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -86,4 +88,61 @@ func connectedTo(t *testing.T, n *testNode, id string) bool {
 		}
 	}
 	return false
+}
+
+// TestE2EStrangersGetEchoOnly: with the default config, a peer the provider
+// never named can run echo (the quickstart) and nothing that spends real
+// resources; once the provider adds it ("kith peers add") or allows it
+// ("kith peers allow") it is verified and may. Naming a peer never lowers
+// a trust the user set higher.
+func TestE2EStrangersGetEchoOnly(t *testing.T) {
+	a, b := pair(t, fmt.Sprintf("[[profiles]]\nname = \"upper\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList("tr", "a-z", "A-Z")))
+	dir := filepath.Dir(a.home)
+	c := newNode(t, dir, "c", "")
+	c.start()
+	c.kith("peers", "add", b.addr("/tcp/")).mustSucceed(t)
+
+	for _, n := range []*testNode{a, c} {
+		n.kith("delegate", "--profile", "echo", "--peer", b.id, "--budget", "100", "hello").mustSucceed(t)
+		r := n.kith("delegate", "--profile", "upper", "--peer", b.id, "--budget", "100", "--timeout", "30s", "shout")
+		if r.code == 0 || r.stdout != "" || !strings.Contains(r.stderr, "not_allowed") {
+			t.Fatalf("%s, a stranger to b, used b's exec profile or was not told not_allowed; %v", n.name, r)
+		}
+	}
+	if got := trustOn(t, b, a.id); got != "untrusted" {
+		t.Fatalf("b trusts a stranger it never named: %q", got)
+	}
+
+	b.kith("peers", "add", a.addr("/tcp/")).mustSucceed(t)
+	b.kith("peers", "allow", c.id).mustSucceed(t)
+	for _, n := range []*testNode{a, c} {
+		if got := trustOn(t, b, n.id); got != "verified" {
+			t.Errorf("b trusts %s, which it named, as %q; want verified", n.name, got)
+		}
+		r := n.kith("delegate", "--profile", "upper", "--peer", b.id, "--budget", "100", "shout")
+		r.mustSucceed(t)
+		if r.stdout != "SHOUT\n" {
+			t.Errorf("%s's exec delegation returned %q, want %q", n.name, r.stdout, "SHOUT\n")
+		}
+	}
+
+	b.kith("peers", "trust", a.id, "trusted").mustSucceed(t)
+	b.kith("peers", "add", a.addr("/tcp/")).mustSucceed(t)
+	b.kith("peers", "allow", a.id).mustSucceed(t)
+	if got := trustOn(t, b, a.id); got != "trusted" {
+		t.Errorf("naming a trusted peer again changed its trust to %q", got)
+	}
+}
+
+// trustOn is the trust n's "kith peers ls" shows for the peer id.
+func trustOn(t *testing.T, n *testNode, id string) string {
+	t.Helper()
+	r := n.kith("peers", "ls")
+	r.mustSucceed(t)
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == id {
+			return f[2]
+		}
+	}
+	return "untrusted" // not in the store: nothing was set
 }

@@ -214,3 +214,11 @@ func (n *testNode) startIn(ns string) {
 	info := n.launch("kith daemon in namespace "+ns, "ip", "netns", "exec", ns, kithBin, "--home", n.home, "daemon")
 	n.addrs = info.Addrs
 }
+
+// blockUDP makes a router of the lab drop every UDP packet it forwards, both
+// ways: a home network whose router (or ISP) blocks UDP, so QUIC cannot
+// leave it.
+func (l *natLab) blockUDP(router string) {
+	l.t.Helper()
+	l.exec(l.ns(router), nil, "nft", "insert", "rule", "inet", "kith_filter", "forward", "meta", "l4proto", "udp", "drop")
+}

@@ -38,6 +38,9 @@ func printStatus(out io.Writer, s api.Status) error {
 	fmt.Fprintf(w, "peer\t%s\n", s.PeerID)
 	fmt.Fprintf(w, "reachability\t%s\n", s.Reachability)
 	fmt.Fprintf(w, "NAT\ttcp %s, udp %s\n", s.NATTCP, s.NATUDP)
+	if s.NATNote != "" {
+		fmt.Fprintf(w, "\t(%s)\n", s.NATNote)
+	}
 	relay := "off"
 	if s.RelayService {
 		relay = "on, for " + map[string]string{"allowlist": "allowed peers only", "open": "any peer not denied"}[s.RelayPolicy]
@@ -75,7 +78,7 @@ func printStatus(out io.Writer, s api.Status) error {
 		if hp := p.HolePunch; hp != nil {
 			punch = fmt.Sprintf("succeeded in %.0fms", hp.ElapsedMillis)
 			if !hp.Success {
-				punch = "failed: " + hp.Error
+				punch = "failed: " + oneLineCut(hp.Error, 80)
 			}
 		}
 		var conns []string
@@ -110,4 +113,15 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// oneLineCut keeps a table cell on one line and at most max runes: go-libp2p's
+// dial errors span lines, one per address tried (kith status --json has
+// them whole).
+func oneLineCut(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-1]) + "…"
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"time"
@@ -144,4 +145,28 @@ func orDefault[T int | int64 | time.Duration](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// PeerError is a failure whose message is meant for the requester. Errors
+// of executors name local commands, paths and URLs, so a provider tells
+// its peers only that the executor failed and keeps the detail in its own
+// log and store; a Go handler that wants to say why returns a PeerError
+// (Tell), whose message the requester then sees.
+type PeerError struct{ Msg string }
+
+func (e *PeerError) Error() string { return e.Msg }
+
+// Tell returns a PeerError with the formatted message.
+func Tell(format string, args ...any) error {
+	return &PeerError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// PeerMessage is the part of err a requester may see: a PeerError's message
+// (one line, at most 200 bytes), or "" when err carries none.
+func PeerMessage(err error) string {
+	var pe *PeerError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	return truncateUTF8(oneLine(pe.Msg), 200)
 }

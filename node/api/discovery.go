@@ -32,13 +32,17 @@ type DiscoveredPeer struct {
 	// empty when none is known.
 	Profiles []string `json:"profiles"`
 	// Capability says where that assertion came from: "query" or "gossip".
-	Capability string     `json:"capability,omitempty"`
-	Load       *Load      `json:"load,omitempty"`
-	Expires    time.Time  `json:"capability_expires,omitzero"`
-	LastSeen   time.Time  `json:"last_seen,omitzero"`
-	RTT        *Duration  `json:"rtt,omitempty"`
-	Provider   bool       `json:"provider,omitempty"` // offers the profile asked for
-	Issued     *time.Time `json:"capability_issued,omitempty"`
+	Capability string    `json:"capability,omitempty"`
+	Load       *Load     `json:"load,omitempty"`
+	Expires    time.Time `json:"capability_expires,omitzero"`
+	LastSeen   time.Time `json:"last_seen,omitzero"`
+	RTT        *Duration `json:"rtt,omitempty"`
+	Provider   bool      `json:"provider,omitempty"` // offers the profile asked for, and is connected
+	// Unreachable says why a peer whose verified capabilities offer the
+	// profile asked for could not be connected (no address known, dial
+	// failed); a delegation cannot reach it either.
+	Unreachable string     `json:"unreachable,omitempty"`
+	Issued      *time.Time `json:"capability_issued,omitempty"`
 }
 
 // Load is a provider's load when it signed its assertion.

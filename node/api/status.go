@@ -30,6 +30,9 @@ type Status struct {
 	// "unknown".
 	NATTCP string `json:"nat_tcp"`
 	NATUDP string `json:"nat_udp"`
+	// NATNote says, while a NAT type is unknown, what the observed
+	// addresses show so far and why that is not enough for a verdict.
+	NATNote string `json:"nat_note,omitempty"`
 
 	// RelayService says whether the node relays for other peers ([nat]
 	// relay), and RelayPolicy for whom: "open" (any peer not denied) or

@@ -153,6 +153,17 @@ func startEngines(ctx context.Context, hp *hostPair, kind StoreKind, dir string,
 		s.side.eng, s.side.cancel, s.side.done = eng, cancel, make(chan error, 1)
 		go func() { s.side.done <- eng.Run(runCtx) }()
 	}
+	// The two nodes are one user's: each trusts the other, as after "kith
+	// peers trust", so the whole remote pool is theirs (untrusted peers
+	// share only a slot or two of it).
+	for _, x := range []struct {
+		st    *store.Store
+		other peer.ID
+	}{{e.a.st, hp.b.ID()}, {e.b.st, hp.a.ID()}} {
+		if err := x.st.SetTrust(x.other, protocol.Trusted, "kith bench"); err != nil {
+			return nil, err
+		}
+	}
 	e.activate(hp)
 	// Engine.Run takes its context in its own goroutine: until it has, the
 	// engine refuses streams, and the query is retried.

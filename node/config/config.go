@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -139,10 +140,9 @@ type Discovery struct {
 	// Default: "5m".
 	DNSSDInterval Duration `toml:"dnssd_interval"`
 
-	// DHT is the private Kademlia DHT's mode: "auto" (server once the node
-	// is found publicly reachable, client before), "server", "client", or
-	// "off". In a home lab where every node is behind NAT, make at least
-	// one node "server". Default: "auto".
+	// DHT is the private Kademlia DHT's mode: "auto" (server unless
+	// AutoNAT finds the node private, so every node of a LAN serves),
+	// "server", "client", or "off". Default: "auto".
 	DHT string `toml:"dht"`
 
 	// Gossip publishes this node's signed capability advert with its load
@@ -211,8 +211,10 @@ const (
 // Limits is the [limits] table.
 type Limits struct {
 	// MaxFrameBytes caps one protocol frame this node accepts, in bytes;
-	// larger frames end the stream before they are read. Default: 4194304
-	// (4 MiB); at least 65536 (64 KiB), at most 67108864 (64 MiB).
+	// larger frames end the stream before they are read. Tasks and results
+	// larger than a frame travel in chunks of 1 MiB, so this bounds memory
+	// per read, not what a delegation carries (64 MiB). Default: 4194304
+	// (4 MiB); at least 2097152 (2 MiB), at most 67108864 (64 MiB).
 	MaxFrameBytes int `toml:"max_frame_bytes"`
 
 	// StreamIdleTimeout closes a stream on which nothing arrived for this
@@ -223,6 +225,12 @@ type Limits struct {
 	// once (the remote pool); local work is not counted. Default: 4; at
 	// least 1.
 	MaxRemoteConcurrent int `toml:"max_remote_concurrent"`
+
+	// UntrustedRemoteSlots is how many remote-pool slots untrusted peers
+	// (strangers found by discovery) may hold together; the rest are kept
+	// for peers you verified or trusted, however many identities a
+	// stranger makes. Default: 1; 0 to max_remote_concurrent.
+	UntrustedRemoteSlots int `toml:"untrusted_remote_slots"`
 
 	// DefaultTimeout is a delegation's timeout when neither the offer nor
 	// the profile sets one. Default: "5m"; at most max_timeout.
@@ -267,6 +275,14 @@ type Limits struct {
 	// (peers' clocks differ). Default: "30s"; at most "10m", because the
 	// replay cache must remember message IDs that much longer.
 	EnvelopeMaxSkew Duration `toml:"envelope_max_skew"`
+
+	// ReplayCacheEntries caps the replay cache: the message IDs of
+	// envelopes accepted and not yet expired (an envelope lives at most
+	// 5 minutes plus the skew). When it is full, new streams are refused
+	// until entries expire: evicting one would let its message be
+	// replayed. Default: 131072 (crypto.DefaultMaxReplayEntries, about
+	// 20 MiB); at least 1.
+	ReplayCacheEntries int `toml:"replay_cache_entries"`
 }
 
 // Executor names what runs the work behind a profile.
@@ -325,7 +341,10 @@ type Profile struct {
 	// MinTrust is the lowest trust level ("untrusted", "verified",
 	// "trusted") a peer needs to use this profile; others are rejected
 	// not_allowed. Local work is always allowed. Default: "", which means
-	// "untrusted".
+	// "untrusted" for executor "echo" and "verified" for every other
+	// executor (see Trust). A peer becomes verified when the user adds or
+	// allows it ("kith peers add", "kith peers allow"); peers found by
+	// discovery stay untrusted.
 	MinTrust string `toml:"min_trust"`
 
 	// Command is the exec executor's argv: the task arrives on stdin, the
@@ -372,20 +391,22 @@ func Default() Config {
 			Durable: true,
 		},
 		Limits: Limits{
-			MaxFrameBytes:       protocol.DefaultMaxFrame,
-			StreamIdleTimeout:   Duration(30 * time.Second),
-			MaxRemoteConcurrent: 4,
-			DefaultTimeout:      Duration(5 * time.Minute),
-			MaxTimeout:          Duration(time.Hour),
-			DefaultHopLimit:     4,
-			EnvelopeMaxSkew:     Duration(30 * time.Second),
-			OffersPerSecond:     10,
-			OfferBurst:          20,
-			QueriesPerSecond:    5,
-			QueryBurst:          10,
-			MaxStreamsPerPeer:   64,
-			MaxConnsPerPeer:     8,
-			MaxMemoryPerPeerMiB: 64,
+			MaxFrameBytes:        protocol.DefaultMaxFrame,
+			StreamIdleTimeout:    Duration(30 * time.Second),
+			MaxRemoteConcurrent:  4,
+			UntrustedRemoteSlots: 1,
+			DefaultTimeout:       Duration(5 * time.Minute),
+			MaxTimeout:           Duration(time.Hour),
+			DefaultHopLimit:      4,
+			EnvelopeMaxSkew:      Duration(30 * time.Second),
+			ReplayCacheEntries:   crypto.DefaultMaxReplayEntries,
+			OffersPerSecond:      10,
+			OfferBurst:           20,
+			QueriesPerSecond:     5,
+			QueryBurst:           10,
+			MaxStreamsPerPeer:    64,
+			MaxConnsPerPeer:      8,
+			MaxMemoryPerPeerMiB:  64,
 		},
 		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
 		API:    API{MaxBodyBytes: 1 << 20},
@@ -484,8 +505,18 @@ func (p Profile) EffectiveTimeout(l Limits) time.Duration {
 	return d
 }
 
-// Trust returns the profile's MinTrust as a level; "" is untrusted.
+// Trust returns the profile's MinTrust as a level. Left empty, it is the
+// default: untrusted for echo, which costs nothing, and verified for every
+// other executor, because they spend real resources (a command, a model, an
+// API key, another agent) that a stranger on the same LAN, found by mDNS,
+// must not get by default.
 func (p Profile) Trust() protocol.TrustLevel {
+	if p.MinTrust == "" {
+		if p.Executor == ExecutorEcho {
+			return protocol.Untrusted
+		}
+		return protocol.Verified
+	}
 	t, _ := protocol.ParseTrustLevel(p.MinTrust)
 	return t
 }

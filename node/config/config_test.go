@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kithmesh/kith/protocol"
 )
 
 func TestDefaultValidates(t *testing.T) {
@@ -22,34 +24,36 @@ func TestDefaultValidates(t *testing.T) {
 func TestDefaultValues(t *testing.T) {
 	d := Default()
 	want := map[string]any{
-		"listen":                       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
-		"peers":                        []string(nil),
-		"api_socket":                   "",
-		"log_level":                    "info",
-		"store.durable":                true,
-		"store.path":                   "",
-		"limits.max_frame_bytes":       4 << 20,
-		"limits.stream_idle_timeout":   Duration(30 * time.Second),
-		"limits.max_remote_concurrent": 4,
-		"limits.default_timeout":       Duration(5 * time.Minute),
-		"limits.max_timeout":           Duration(time.Hour),
-		"limits.default_hop_limit":     4,
-		"limits.envelope_max_skew":     Duration(30 * time.Second),
+		"listen":                        []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
+		"peers":                         []string(nil),
+		"api_socket":                    "",
+		"log_level":                     "info",
+		"store.durable":                 true,
+		"store.path":                    "",
+		"limits.max_frame_bytes":        4 << 20,
+		"limits.stream_idle_timeout":    Duration(30 * time.Second),
+		"limits.max_remote_concurrent":  4,
+		"limits.untrusted_remote_slots": 1,
+		"limits.default_timeout":        Duration(5 * time.Minute),
+		"limits.max_timeout":            Duration(time.Hour),
+		"limits.default_hop_limit":      4,
+		"limits.envelope_max_skew":      Duration(30 * time.Second),
 	}
 	got := map[string]any{
-		"listen":                       d.Listen,
-		"peers":                        d.Peers,
-		"api_socket":                   d.APISocket,
-		"log_level":                    d.LogLevel,
-		"store.durable":                d.Store.Durable,
-		"store.path":                   d.Store.Path,
-		"limits.max_frame_bytes":       d.Limits.MaxFrameBytes,
-		"limits.stream_idle_timeout":   d.Limits.StreamIdleTimeout,
-		"limits.max_remote_concurrent": d.Limits.MaxRemoteConcurrent,
-		"limits.default_timeout":       d.Limits.DefaultTimeout,
-		"limits.max_timeout":           d.Limits.MaxTimeout,
-		"limits.default_hop_limit":     d.Limits.DefaultHopLimit,
-		"limits.envelope_max_skew":     d.Limits.EnvelopeMaxSkew,
+		"listen":                        d.Listen,
+		"peers":                         d.Peers,
+		"api_socket":                    d.APISocket,
+		"log_level":                     d.LogLevel,
+		"store.durable":                 d.Store.Durable,
+		"store.path":                    d.Store.Path,
+		"limits.max_frame_bytes":        d.Limits.MaxFrameBytes,
+		"limits.stream_idle_timeout":    d.Limits.StreamIdleTimeout,
+		"limits.max_remote_concurrent":  d.Limits.MaxRemoteConcurrent,
+		"limits.untrusted_remote_slots": d.Limits.UntrustedRemoteSlots,
+		"limits.default_timeout":        d.Limits.DefaultTimeout,
+		"limits.max_timeout":            d.Limits.MaxTimeout,
+		"limits.default_hop_limit":      d.Limits.DefaultHopLimit,
+		"limits.envelope_max_skew":      d.Limits.EnvelopeMaxSkew,
 	}
 	for k, w := range want {
 		if !reflect.DeepEqual(got[k], w) {
@@ -255,5 +259,36 @@ func TestFieldsDocumentDefaults(t *testing.T) {
 	}
 	for name := range types {
 		t.Errorf("type %s not found in config.go", name)
+	}
+}
+
+// Every executor but echo spends real resources, so by default only
+// verified peers may use its profiles; an explicit min_trust wins.
+func TestProfileTrustDefaults(t *testing.T) {
+	for _, tt := range []struct {
+		p    Profile
+		want protocol.TrustLevel
+	}{
+		{Profile{Executor: ExecutorEcho}, protocol.Untrusted},
+		{Profile{Executor: ExecutorExec}, protocol.Verified},
+		{Profile{Executor: ExecutorOpenAI}, protocol.Verified},
+		{Profile{Executor: "a2a"}, protocol.Verified}, // any executor added later
+		{Profile{Executor: ExecutorExec, MinTrust: "untrusted"}, protocol.Untrusted},
+		{Profile{Executor: ExecutorEcho, MinTrust: "trusted"}, protocol.Trusted},
+	} {
+		if got := tt.p.Trust(); got != tt.want {
+			t.Errorf("executor %q min_trust %q: Trust() = %v, want %v", tt.p.Executor, tt.p.MinTrust, got, tt.want)
+		}
+	}
+	// The file kith init writes keeps that default.
+	c, err := Parse(append(DefaultFile(nil), "\n[[profiles]]\nname = \"up\"\nexecutor = \"exec\"\ncommand = [\"tr\"]\n"...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := c.Profile("up"); p.Trust() != protocol.Verified {
+		t.Errorf("an exec profile added to the default file: Trust() = %v, want verified", p.Trust())
+	}
+	if p, _ := c.Profile("echo"); p.Trust() != protocol.Untrusted {
+		t.Errorf("the default echo profile: Trust() = %v, want untrusted", p.Trust())
 	}
 }

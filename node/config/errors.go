@@ -11,7 +11,8 @@ var (
 	// ErrUnknownKey: the file sets a key that Config does not have.
 	ErrUnknownKey = errors.New("unknown key")
 	// ErrSyntax: the file is not valid TOML, or a value has the wrong type.
-	// Decoding stops at the first such error, so it comes alone.
+	// A syntax error stops decoding, so it comes alone; a value of the
+	// wrong type is reported with every other problem.
 	ErrSyntax = errors.New("invalid TOML")
 	// ErrInvalid: a value breaks one of Validate's rules.
 	ErrInvalid = errors.New("invalid value")

@@ -16,8 +16,9 @@ import (
 // validates the result. A missing file is an error (errors.Is
 // fs.ErrNotExist) that says how to create one. Every other problem is a
 // *KeyError carrying path and, where known, the line; all of them are
-// returned at once (errors.Join), except that a TOML syntax or type error
-// stops decoding and comes alone.
+// returned at once (errors.Join): unknown keys, values of the wrong type
+// and broken rules alike. Only a TOML syntax error stops decoding and comes
+// alone.
 func Load(path string) (Config, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -63,10 +64,20 @@ func parse(data []byte) (Config, []*KeyError) {
 		for i := range strict.Errors {
 			errs = append(errs, unknownKey(&strict.Errors[i], idx))
 		}
-	case errors.As(err, &decode):
-		return Config{}, []*KeyError{syntaxError(decode, idx)}
 	default:
-		return Config{}, []*KeyError{plainError(err, idx)}
+		// A value of the wrong type stops go-toml at the first one; a
+		// second, lenient pass finds the others and decodes the rest.
+		var first *KeyError
+		if errors.As(err, &decode) {
+			first = syntaxError(decode, idx)
+		} else {
+			first = plainError(err, idx)
+		}
+		lc, lerrs, ok := decodeLeniently(data, idx, first)
+		if !ok {
+			return Config{}, []*KeyError{first}
+		}
+		c, errs = lc, lerrs
 	}
 
 	for _, p := range c.validate() {

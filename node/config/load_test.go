@@ -295,3 +295,71 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A value of the wrong type hides nothing: go-toml stops at the first one,
+// and the lenient second pass reports it with every other wrong type,
+// unknown key and broken rule, each on its line.
+func TestLoadReportsTypeErrorsWithEverythingElse(t *testing.T) {
+	path := writeConfig(t, `log_level = "chatty"
+listen = "/ip4/0.0.0.0/tcp/4001"
+
+[store]
+durable = "yes"
+
+[limits]
+max_frame_bytes = "4MiB"
+max_remote_concurrent = 0
+default_timeout = 300
+offers_per_second = 2.5
+
+[[profiles]]
+name = "gpu"
+executor = "exec"
+vram_mib = -5
+comand = ["/bin/cat"]
+`)
+	_, err := Load(path)
+	if err == nil {
+		t.Fatal("Load succeeded")
+	}
+	want := []string{
+		path + `:1: log_level: "chatty" is not a level`,
+		path + `:2:10: listen: wrong type: want an array of strings, got a TOML string`,
+		path + `:5: store.durable: wrong type: want true or false, got a TOML string`,
+		path + `:8: limits.max_frame_bytes: wrong type: want an integer, got a TOML string`,
+		path + `:9: limits.max_remote_concurrent: 0; want at least 1`,
+		path + `:10: limits.default_timeout: `,
+		path + `:16: profiles[0].vram_mib: -5 is negative; want 0 or more`,
+		path + `:17: profiles[0].comand: unknown key; did you mean "command"?`,
+		path + `:13: profiles[0].command: required when executor = "exec"`,
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, w := range want {
+		found := false
+		for _, l := range lines {
+			found = found || strings.HasPrefix(l, w)
+		}
+		if !found {
+			t.Errorf("no problem reads %q in:\n%v", w, err)
+		}
+	}
+	if len(lines) != len(want) {
+		t.Errorf("got %d problems, want %d:\n%v", len(lines), len(want), err)
+	}
+	for _, kind := range []error{ErrSyntax, ErrUnknownKey, ErrInvalid} {
+		if !errors.Is(err, kind) {
+			t.Errorf("the joined error is not %v", kind)
+		}
+	}
+}
+
+// Each wrong type alone is still reported alone, with go-toml's position
+// where it has one (TestSyntaxErrors); a real syntax error still hides
+// everything, since nothing after it can be read.
+func TestSyntaxErrorStillComesAlone(t *testing.T) {
+	_, err := Parse([]byte("log_level = \"chatty\"\n[limits]\nmax_frame_bytes = \n"))
+	ke := keyErrors(t, err)
+	if len(ke) != 1 || !errors.Is(err, ErrSyntax) {
+		t.Fatalf("want one syntax error, got:\n%v", err)
+	}
+}

@@ -13,6 +13,7 @@ type keyInfo struct {
 	table string // "" for top level, "limits", "profiles", ...
 	leaf  string
 	want  string // the TOML type, for messages: "an integer", ...
+	typ   reflect.Type
 	// unsigned keys reject negative numbers with an error that go-toml
 	// does not place.
 	unsigned bool
@@ -42,6 +43,7 @@ func buildSchema() (map[string]keyInfo, map[string]string) {
 				table:    table,
 				leaf:     leaf,
 				want:     tomlType(leaf, f.Type),
+				typ:      f.Type,
 				unsigned: f.Type.Kind() >= reflect.Uint && f.Type.Kind() <= reflect.Uint64,
 			}
 			g[t.Name()+"."+f.Name] = key

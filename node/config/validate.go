@@ -18,7 +18,7 @@ import (
 
 // Bounds that Validate enforces.
 const (
-	MinFrameBytes   = 64 << 10
+	MinFrameBytes   = 2 << 20 // a chunk (protocol.ChunkSize) and its framing fit
 	MaxFrameBytes   = 64 << 20
 	MinHopLimit     = 1
 	MaxHopLimit     = 16
@@ -88,9 +88,12 @@ func (c Config) validateNetwork(ps *problems) {
 
 func (l Limits) validate(ps *problems) {
 	if l.MaxFrameBytes < MinFrameBytes || l.MaxFrameBytes > MaxFrameBytes {
-		ps.add("limits.max_frame_bytes", "%d is out of range; want %d (64 KiB) to %d (64 MiB)", l.MaxFrameBytes, MinFrameBytes, MaxFrameBytes)
+		ps.add("limits.max_frame_bytes", "%d is out of range; want %d (2 MiB) to %d (64 MiB)", l.MaxFrameBytes, MinFrameBytes, MaxFrameBytes)
 	}
 	positive(ps, "limits.stream_idle_timeout", l.StreamIdleTimeout)
+	if l.MaxRemoteConcurrent >= 1 && (l.UntrustedRemoteSlots < 0 || l.UntrustedRemoteSlots > l.MaxRemoteConcurrent) {
+		ps.add("limits.untrusted_remote_slots", "%d; want 0 to max_remote_concurrent (%d)", l.UntrustedRemoteSlots, l.MaxRemoteConcurrent)
+	}
 	if l.MaxRemoteConcurrent < 1 {
 		ps.add("limits.max_remote_concurrent", "%d; want at least 1", l.MaxRemoteConcurrent)
 	}
@@ -204,6 +207,7 @@ func (l Limits) rateLimits(ps *problems) {
 		{"limits.offer_burst", l.OfferBurst}, {"limits.query_burst", l.QueryBurst},
 		{"limits.max_streams_per_peer", l.MaxStreamsPerPeer}, {"limits.max_conns_per_peer", l.MaxConnsPerPeer},
 		{"limits.max_memory_per_peer_mib", l.MaxMemoryPerPeerMiB},
+		{"limits.replay_cache_entries", l.ReplayCacheEntries},
 	} {
 		if v.n < 1 {
 			ps.add(v.key, "%d; want at least 1", v.n)

@@ -129,13 +129,15 @@ func TestValidateRules(t *testing.T) {
 		{"profile bad min trust", func(c *Config) { c.Profiles[0].MinTrust = "admin" }, "profiles[0].min_trust", "want \"untrusted\""},
 
 		// Limits.
-		{"frame min", func(c *Config) { c.Limits.MaxFrameBytes = 64 << 10 }, "", ""},
+		{"frame min", func(c *Config) { c.Limits.MaxFrameBytes = 2 << 20 }, "", ""},
 		{"frame max", func(c *Config) { c.Limits.MaxFrameBytes = 64 << 20 }, "", ""},
-		{"frame too small", func(c *Config) { c.Limits.MaxFrameBytes = 64<<10 - 1 }, "limits.max_frame_bytes", "out of range"},
+		{"frame too small", func(c *Config) { c.Limits.MaxFrameBytes = 2<<20 - 1 }, "limits.max_frame_bytes", "out of range"},
 		{"frame too big", func(c *Config) { c.Limits.MaxFrameBytes = 64<<20 + 1 }, "limits.max_frame_bytes", "out of range"},
 		{"idle zero", func(c *Config) { c.Limits.StreamIdleTimeout = 0 }, "limits.stream_idle_timeout", "want a positive duration"},
 		{"idle negative", func(c *Config) { c.Limits.StreamIdleTimeout = Duration(-time.Second) }, "limits.stream_idle_timeout", "want a positive duration"},
 		{"concurrent one", func(c *Config) { c.Limits.MaxRemoteConcurrent = 1 }, "", ""},
+		{"untrusted slots none", func(c *Config) { c.Limits.UntrustedRemoteSlots = 0 }, "", ""},
+		{"untrusted slots above the pool", func(c *Config) { c.Limits.UntrustedRemoteSlots = 5 }, "limits.untrusted_remote_slots", "want 0 to max_remote_concurrent"},
 		{"concurrent zero", func(c *Config) { c.Limits.MaxRemoteConcurrent = 0 }, "limits.max_remote_concurrent", "want at least 1"},
 		{"default timeout zero", func(c *Config) { c.Limits.DefaultTimeout = 0 }, "limits.default_timeout", "want a positive duration"},
 		{"max timeout zero", func(c *Config) { c.Limits.MaxTimeout = 0 }, "limits.max_timeout", "want a positive duration"},

@@ -176,6 +176,7 @@ const (
 	RejectReason_REJECT_REASON_INSUFFICIENT_VRAM   RejectReason = 8
 	RejectReason_REJECT_REASON_VERSION_UNSUPPORTED RejectReason = 9
 	RejectReason_REJECT_REASON_EXPIRED             RejectReason = 10
+	RejectReason_REJECT_REASON_PAYLOAD_TOO_LARGE   RejectReason = 11 // 1.1
 )
 
 // Enum value maps for RejectReason.
@@ -192,6 +193,7 @@ var (
 		8:  "REJECT_REASON_INSUFFICIENT_VRAM",
 		9:  "REJECT_REASON_VERSION_UNSUPPORTED",
 		10: "REJECT_REASON_EXPIRED",
+		11: "REJECT_REASON_PAYLOAD_TOO_LARGE",
 	}
 	RejectReason_value = map[string]int32{
 		"REJECT_REASON_UNSPECIFIED":         0,
@@ -205,6 +207,7 @@ var (
 		"REJECT_REASON_INSUFFICIENT_VRAM":   8,
 		"REJECT_REASON_VERSION_UNSUPPORTED": 9,
 		"REJECT_REASON_EXPIRED":             10,
+		"REJECT_REASON_PAYLOAD_TOO_LARGE":   11,
 	}
 )
 
@@ -405,6 +408,7 @@ type Message struct {
 	//	*Message_DelegationStatus
 	//	*Message_DelegationResult
 	//	*Message_DelegationCancel
+	//	*Message_Chunk
 	Body          isMessage_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -519,6 +523,15 @@ func (x *Message) GetDelegationCancel() *DelegationCancel {
 	return nil
 }
 
+func (x *Message) GetChunk() *Chunk {
+	if x != nil {
+		if x, ok := x.Body.(*Message_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
 type isMessage_Body interface {
 	isMessage_Body()
 }
@@ -555,6 +568,11 @@ type Message_DelegationCancel struct {
 	DelegationCancel *DelegationCancel `protobuf:"bytes,8,opt,name=delegation_cancel,json=delegationCancel,proto3,oneof"`
 }
 
+type Message_Chunk struct {
+	// chunk (1.1) carries a piece of a message too large for one frame.
+	Chunk *Chunk `protobuf:"bytes,9,opt,name=chunk,proto3,oneof"`
+}
+
 func (*Message_CapabilityQuery) isMessage_Body() {}
 
 func (*Message_CapabilityResponse) isMessage_Body() {}
@@ -570,6 +588,8 @@ func (*Message_DelegationStatus) isMessage_Body() {}
 func (*Message_DelegationResult) isMessage_Body() {}
 
 func (*Message_DelegationCancel) isMessage_Body() {}
+
+func (*Message_Chunk) isMessage_Body() {}
 
 // SignedAssertion is a payload and the signature over exactly those bytes.
 // The payload stays bytes (not a nested message) so that verifiers check
@@ -737,6 +757,10 @@ type CapabilityAssertion struct {
 	GrantedTrust    TrustLevel             `protobuf:"varint,5,opt,name=granted_trust,json=grantedTrust,proto3,enum=kith.v1.TrustLevel" json:"granted_trust,omitempty"` // the trust the provider grants the asker
 	IssuedAtUnixMs  int64                  `protobuf:"varint,6,opt,name=issued_at_unix_ms,json=issuedAtUnixMs,proto3" json:"issued_at_unix_ms,omitempty"`
 	ExpiresAtUnixMs int64                  `protobuf:"varint,7,opt,name=expires_at_unix_ms,json=expiresAtUnixMs,proto3" json:"expires_at_unix_ms,omitempty"`
+	// max_payload_bytes (1.1) is the largest task and result output, in
+	// bytes of part content, this provider carries; 0 (a 1.0 peer) means
+	// what fits in one frame.
+	MaxPayloadBytes uint64 `protobuf:"varint,8,opt,name=max_payload_bytes,json=maxPayloadBytes,proto3" json:"max_payload_bytes,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -816,6 +840,13 @@ func (x *CapabilityAssertion) GetIssuedAtUnixMs() int64 {
 func (x *CapabilityAssertion) GetExpiresAtUnixMs() int64 {
 	if x != nil {
 		return x.ExpiresAtUnixMs
+	}
+	return 0
+}
+
+func (x *CapabilityAssertion) GetMaxPayloadBytes() uint64 {
+	if x != nil {
+		return x.MaxPayloadBytes
 	}
 	return 0
 }
@@ -1902,6 +1933,63 @@ func (x *ResultProof) GetState() State {
 	return State_STATE_UNKNOWN
 }
 
+// Chunk (1.1) is a piece of one encoded Message that is larger than a
+// frame: the sender splits the encoding into consecutive chunks, the first
+// naming the total size, and the receiver joins them (up to its cap) and
+// decodes the whole. A chunk carries no message of its own, so transcripts
+// and hashes cover the joined bytes exactly as if they had come in one frame.
+type Chunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TotalSize     uint64                 `protobuf:"varint,1,opt,name=total_size,json=totalSize,proto3" json:"total_size,omitempty"` // size of the whole encoding; set on the first chunk only
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Chunk) Reset() {
+	*x = Chunk{}
+	mi := &file_kith_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Chunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Chunk) ProtoMessage() {}
+
+func (x *Chunk) ProtoReflect() protoreflect.Message {
+	mi := &file_kith_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
+func (*Chunk) Descriptor() ([]byte, []int) {
+	return file_kith_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Chunk) GetTotalSize() uint64 {
+	if x != nil {
+		return x.TotalSize
+	}
+	return 0
+}
+
+func (x *Chunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // DelegationCancel: requester → provider.
 type DelegationCancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1913,7 +2001,7 @@ type DelegationCancel struct {
 
 func (x *DelegationCancel) Reset() {
 	*x = DelegationCancel{}
-	mi := &file_kith_proto_msgTypes[22]
+	mi := &file_kith_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2013,7 @@ func (x *DelegationCancel) String() string {
 func (*DelegationCancel) ProtoMessage() {}
 
 func (x *DelegationCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_kith_proto_msgTypes[22]
+	mi := &file_kith_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2026,7 @@ func (x *DelegationCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelegationCancel.ProtoReflect.Descriptor instead.
 func (*DelegationCancel) Descriptor() ([]byte, []int) {
-	return file_kith_proto_rawDescGZIP(), []int{22}
+	return file_kith_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DelegationCancel) GetDelegationId() []byte {
@@ -1973,7 +2061,7 @@ const file_kith_proto_rawDesc = "" +
 	"\x03enc\x18\b \x01(\fR\x03enc\"=\n" +
 	"\x05Hello\x12\x16\n" +
 	"\x06header\x18\x01 \x01(\fR\x06header\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xe1\x04\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x89\x05\n" +
 	"\aMessage\x12E\n" +
 	"\x10capability_query\x18\x01 \x01(\v2\x18.kith.v1.CapabilityQueryH\x00R\x0fcapabilityQuery\x12N\n" +
 	"\x13capability_response\x18\x02 \x01(\v2\x1b.kith.v1.CapabilityResponseH\x00R\x12capabilityResponse\x12E\n" +
@@ -1982,7 +2070,8 @@ const file_kith_proto_rawDesc = "" +
 	"\x11delegation_reject\x18\x05 \x01(\v2\x19.kith.v1.DelegationRejectH\x00R\x10delegationReject\x12H\n" +
 	"\x11delegation_status\x18\x06 \x01(\v2\x19.kith.v1.DelegationStatusH\x00R\x10delegationStatus\x12H\n" +
 	"\x11delegation_result\x18\a \x01(\v2\x19.kith.v1.DelegationResultH\x00R\x10delegationResult\x12H\n" +
-	"\x11delegation_cancel\x18\b \x01(\v2\x19.kith.v1.DelegationCancelH\x00R\x10delegationCancelB\x06\n" +
+	"\x11delegation_cancel\x18\b \x01(\v2\x19.kith.v1.DelegationCancelH\x00R\x10delegationCancel\x12&\n" +
+	"\x05chunk\x18\t \x01(\v2\x0e.kith.v1.ChunkH\x00R\x05chunkB\x06\n" +
 	"\x04body\"I\n" +
 	"\x0fSignedAssertion\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12\x1c\n" +
@@ -1991,7 +2080,7 @@ const file_kith_proto_rawDesc = "" +
 	"\bversions\x18\x01 \x03(\tR\bversions\x12\x1a\n" +
 	"\bprofiles\x18\x02 \x03(\tR\bprofiles\"L\n" +
 	"\x12CapabilityResponse\x126\n" +
-	"\tassertion\x18\x01 \x01(\v2\x18.kith.v1.SignedAssertionR\tassertion\"\xbc\x02\n" +
+	"\tassertion\x18\x01 \x01(\v2\x18.kith.v1.SignedAssertionR\tassertion\"\xe8\x02\n" +
 	"\x13CapabilityAssertion\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\fR\bprovider\x12,\n" +
 	"\bprofiles\x18\x02 \x03(\v2\x10.kith.v1.ProfileR\bprofiles\x12-\n" +
@@ -1999,7 +2088,8 @@ const file_kith_proto_rawDesc = "" +
 	"\bversions\x18\x04 \x03(\tR\bversions\x128\n" +
 	"\rgranted_trust\x18\x05 \x01(\x0e2\x13.kith.v1.TrustLevelR\fgrantedTrust\x12)\n" +
 	"\x11issued_at_unix_ms\x18\x06 \x01(\x03R\x0eissuedAtUnixMs\x12+\n" +
-	"\x12expires_at_unix_ms\x18\a \x01(\x03R\x0fexpiresAtUnixMs\"\x9e\x01\n" +
+	"\x12expires_at_unix_ms\x18\a \x01(\x03R\x0fexpiresAtUnixMs\x12*\n" +
+	"\x11max_payload_bytes\x18\b \x01(\x04R\x0fmaxPayloadBytes\"\x9e\x01\n" +
 	"\aProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x16\n" +
@@ -2084,7 +2174,11 @@ const file_kith_proto_rawDesc = "" +
 	"\x11transcript_sha256\x18\x05 \x01(\fR\x10transcriptSha256\x12$\n" +
 	"\x05usage\x18\x06 \x01(\v2\x0e.kith.v1.UsageR\x05usage\x12/\n" +
 	"\x14completed_at_unix_ms\x18\a \x01(\x03R\x11completedAtUnixMs\x12$\n" +
-	"\x05state\x18\b \x01(\x0e2\x0e.kith.v1.StateR\x05state\"O\n" +
+	"\x05state\x18\b \x01(\x0e2\x0e.kith.v1.StateR\x05state\":\n" +
+	"\x05Chunk\x12\x1d\n" +
+	"\n" +
+	"total_size\x18\x01 \x01(\x04R\ttotalSize\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"O\n" +
 	"\x10DelegationCancel\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason*H\n" +
@@ -2105,7 +2199,7 @@ const file_kith_proto_rawDesc = "" +
 	"\rSTATE_EXPIRED\x10\b\x12\x12\n" +
 	"\x0eSTATE_REJECTED\x10\t\x12\x13\n" +
 	"\x0fSTATE_PREEMPTED\x10\n" +
-	"*\xf8\x02\n" +
+	"*\x9d\x03\n" +
 	"\fRejectReason\x12\x1d\n" +
 	"\x19REJECT_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12REJECT_REASON_BUSY\x10\x01\x12%\n" +
@@ -2118,7 +2212,8 @@ const file_kith_proto_rawDesc = "" +
 	"\x1fREJECT_REASON_INSUFFICIENT_VRAM\x10\b\x12%\n" +
 	"!REJECT_REASON_VERSION_UNSUPPORTED\x10\t\x12\x19\n" +
 	"\x15REJECT_REASON_EXPIRED\x10\n" +
-	"B)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
+	"\x12#\n" +
+	"\x1fREJECT_REASON_PAYLOAD_TOO_LARGE\x10\vB)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
 
 var (
 	file_kith_proto_rawDescOnce sync.Once
@@ -2133,7 +2228,7 @@ func file_kith_proto_rawDescGZIP() []byte {
 }
 
 var file_kith_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_kith_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_kith_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_kith_proto_goTypes = []any{
 	(TrustLevel)(0),             // 0: kith.v1.TrustLevel
 	(State)(0),                  // 1: kith.v1.State
@@ -2160,7 +2255,8 @@ var file_kith_proto_goTypes = []any{
 	(*DelegationResult)(nil),    // 22: kith.v1.DelegationResult
 	(*Usage)(nil),               // 23: kith.v1.Usage
 	(*ResultProof)(nil),         // 24: kith.v1.ResultProof
-	(*DelegationCancel)(nil),    // 25: kith.v1.DelegationCancel
+	(*Chunk)(nil),               // 25: kith.v1.Chunk
+	(*DelegationCancel)(nil),    // 26: kith.v1.DelegationCancel
 }
 var file_kith_proto_depIdxs = []int32{
 	7,  // 0: kith.v1.Message.capability_query:type_name -> kith.v1.CapabilityQuery
@@ -2170,31 +2266,32 @@ var file_kith_proto_depIdxs = []int32{
 	20, // 4: kith.v1.Message.delegation_reject:type_name -> kith.v1.DelegationReject
 	21, // 5: kith.v1.Message.delegation_status:type_name -> kith.v1.DelegationStatus
 	22, // 6: kith.v1.Message.delegation_result:type_name -> kith.v1.DelegationResult
-	25, // 7: kith.v1.Message.delegation_cancel:type_name -> kith.v1.DelegationCancel
-	6,  // 8: kith.v1.CapabilityResponse.assertion:type_name -> kith.v1.SignedAssertion
-	10, // 9: kith.v1.CapabilityAssertion.profiles:type_name -> kith.v1.Profile
-	11, // 10: kith.v1.CapabilityAssertion.capacity:type_name -> kith.v1.Capacity
-	0,  // 11: kith.v1.CapabilityAssertion.granted_trust:type_name -> kith.v1.TrustLevel
-	13, // 12: kith.v1.DelegationOffer.task:type_name -> kith.v1.Task
-	14, // 13: kith.v1.Task.parts:type_name -> kith.v1.Part
-	15, // 14: kith.v1.Part.text:type_name -> kith.v1.TextPart
-	16, // 15: kith.v1.Part.data:type_name -> kith.v1.DataPart
-	17, // 16: kith.v1.Part.file:type_name -> kith.v1.FilePart
-	19, // 17: kith.v1.DelegationAccept.lease:type_name -> kith.v1.Lease
-	2,  // 18: kith.v1.DelegationReject.reason:type_name -> kith.v1.RejectReason
-	1,  // 19: kith.v1.DelegationStatus.state:type_name -> kith.v1.State
-	14, // 20: kith.v1.DelegationStatus.partial:type_name -> kith.v1.Part
-	1,  // 21: kith.v1.DelegationResult.state:type_name -> kith.v1.State
-	14, // 22: kith.v1.DelegationResult.output:type_name -> kith.v1.Part
-	23, // 23: kith.v1.DelegationResult.usage:type_name -> kith.v1.Usage
-	6,  // 24: kith.v1.DelegationResult.proof:type_name -> kith.v1.SignedAssertion
-	23, // 25: kith.v1.ResultProof.usage:type_name -> kith.v1.Usage
-	1,  // 26: kith.v1.ResultProof.state:type_name -> kith.v1.State
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	26, // 7: kith.v1.Message.delegation_cancel:type_name -> kith.v1.DelegationCancel
+	25, // 8: kith.v1.Message.chunk:type_name -> kith.v1.Chunk
+	6,  // 9: kith.v1.CapabilityResponse.assertion:type_name -> kith.v1.SignedAssertion
+	10, // 10: kith.v1.CapabilityAssertion.profiles:type_name -> kith.v1.Profile
+	11, // 11: kith.v1.CapabilityAssertion.capacity:type_name -> kith.v1.Capacity
+	0,  // 12: kith.v1.CapabilityAssertion.granted_trust:type_name -> kith.v1.TrustLevel
+	13, // 13: kith.v1.DelegationOffer.task:type_name -> kith.v1.Task
+	14, // 14: kith.v1.Task.parts:type_name -> kith.v1.Part
+	15, // 15: kith.v1.Part.text:type_name -> kith.v1.TextPart
+	16, // 16: kith.v1.Part.data:type_name -> kith.v1.DataPart
+	17, // 17: kith.v1.Part.file:type_name -> kith.v1.FilePart
+	19, // 18: kith.v1.DelegationAccept.lease:type_name -> kith.v1.Lease
+	2,  // 19: kith.v1.DelegationReject.reason:type_name -> kith.v1.RejectReason
+	1,  // 20: kith.v1.DelegationStatus.state:type_name -> kith.v1.State
+	14, // 21: kith.v1.DelegationStatus.partial:type_name -> kith.v1.Part
+	1,  // 22: kith.v1.DelegationResult.state:type_name -> kith.v1.State
+	14, // 23: kith.v1.DelegationResult.output:type_name -> kith.v1.Part
+	23, // 24: kith.v1.DelegationResult.usage:type_name -> kith.v1.Usage
+	6,  // 25: kith.v1.DelegationResult.proof:type_name -> kith.v1.SignedAssertion
+	23, // 26: kith.v1.ResultProof.usage:type_name -> kith.v1.Usage
+	1,  // 27: kith.v1.ResultProof.state:type_name -> kith.v1.State
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_kith_proto_init() }
@@ -2211,6 +2308,7 @@ func file_kith_proto_init() {
 		(*Message_DelegationStatus)(nil),
 		(*Message_DelegationResult)(nil),
 		(*Message_DelegationCancel)(nil),
+		(*Message_Chunk)(nil),
 	}
 	file_kith_proto_msgTypes[11].OneofWrappers = []any{
 		(*Part_Text)(nil),
@@ -2223,7 +2321,7 @@ func file_kith_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kith_proto_rawDesc), len(file_kith_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

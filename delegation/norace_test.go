@@ -1,0 +1,5 @@
+//go:build !race
+
+package delegation
+
+const raceEnabled = false

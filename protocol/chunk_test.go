@@ -1,0 +1,167 @@
+package protocol
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/protocol/pb"
+)
+
+// writeSizes records the size of every Write on a stream.
+type writeSizes struct {
+	net.Conn
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (w *writeSizes) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	w.sizes = append(w.sizes, len(b))
+	w.mu.Unlock()
+	return w.Conn.Write(b)
+}
+
+// A task far larger than a frame crosses in chunks, each frame small, and
+// arrives byte for byte: the receiver's raw plaintext is the sender's
+// encoding, so hashes over it agree.
+func TestConnChunkedRoundTrip(t *testing.T) {
+	alice, bob := fixedIdentity(t, 1), fixedIdentity(t, 2)
+	a, b := net.Pipe()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	wa := &writeSizes{Conn: a}
+	text := strings.Repeat("0123456789abcdef", (5<<20)/16+3)
+	offer := &DelegationOffer{ID: NewDelegationID(), Profile: "echo", BudgetTokens: 10, HopLimit: 2,
+		Task: Task{Role: "user", Parts: []Part{TextPart(text)}}}
+	want, err := EncodeMessage(offer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan acceptResult, 1)
+	go func() {
+		c, m, raw, err := Accept(b, bob, alice.PeerID(), crypto.NewMemoryReplayCache(nil), ConnOptions{IOTimeout: 5 * time.Second})
+		ch <- acceptResult{c, m, raw, err}
+	}()
+	c, err := Dial(wa, alice, bob.PeerID(), offer, ConnOptions{IOTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := <-ch
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if !bytes.Equal(res.raw, want) {
+		t.Fatalf("joined plaintext differs from the encoding (%d vs %d bytes)", len(res.raw), len(want))
+	}
+	if got := res.first.(*DelegationOffer).Task.Parts[0].Text; got != text {
+		t.Fatalf("text of %d bytes arrived as %d bytes", len(text), len(got))
+	}
+	wa.mu.Lock()
+	frames := len(wa.sizes)
+	for _, n := range wa.sizes {
+		if n > ChunkSize+1024 {
+			t.Errorf("a frame of %d bytes went out; chunks keep frames near %d", n, ChunkSize)
+		}
+	}
+	wa.mu.Unlock()
+	if frames < 6 {
+		t.Errorf("%d frames for a 5 MiB offer: it was not chunked", frames)
+	}
+
+	// And back: a large result to the opener.
+	result := &DelegationStatus{ID: offer.ID, State: StateRunning, Seq: 1, Partial: []Part{TextPart(text)}}
+	go func() { _ = res.c.Send(result) }()
+	m, raw, err := c.RecvRaw(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBack, _ := EncodeMessage(result)
+	if !bytes.Equal(raw, wantBack) || m.(*DelegationStatus).Partial[0].Text != text {
+		t.Fatal("the large reply did not arrive intact")
+	}
+}
+
+func TestConnRefusesPayloadOverLimit(t *testing.T) {
+	big := &DelegationOffer{ID: NewDelegationID(), Profile: "echo", BudgetTokens: 10, HopLimit: 2,
+		Task: Task{Parts: []Part{TextPart(strings.Repeat("x", MaxPayload+1))}}}
+	if _, err := EncodeMessage(big); !errors.Is(err, ErrPayloadTooLarge) || !errors.Is(err, ErrMalformed) {
+		t.Fatalf("encoding %d bytes of task: %v, want ErrPayloadTooLarge", MaxPayload+1, err)
+	}
+	ok := &DelegationOffer{ID: NewDelegationID(), Profile: "echo", BudgetTokens: 10, HopLimit: 2,
+		Task: Task{Parts: []Part{TextPart(strings.Repeat("x", MaxPayload/2)), TextPart(strings.Repeat("y", MaxPayload/2))}}}
+	if _, err := EncodeMessage(ok); err != nil {
+		t.Fatalf("a task of exactly MaxPayload bytes: %v", err)
+	}
+}
+
+func chunkFrame(t testing.TB, total uint64, data []byte) []byte {
+	b, err := marshal(&pb.Message{Body: &pb.Message_Chunk{Chunk: &pb.Chunk{TotalSize: total, Data: data}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Hostile chunk sequences end the message with a typed error, and never
+// allocate more than the receiver's cap.
+func TestJoinChunksRefusesBadSequences(t *testing.T) {
+	piece := bytes.Repeat([]byte{'a'}, ChunkSize)
+	status, _ := EncodeMessage(&DelegationStatus{ID: NewDelegationID(), State: StateRunning, Seq: 1})
+	cases := []struct {
+		name   string
+		first  *pb.Chunk
+		rest   [][]byte
+		limit  int
+		wantIs error
+	}{
+		{"total fits one frame", &pb.Chunk{TotalSize: 10, Data: []byte("0123456789")}, nil, 0, ErrMalformed},
+		{"total above the cap", &pb.Chunk{TotalSize: 3 * ChunkSize, Data: piece}, nil, 2 * ChunkSize, ErrPayloadTooLarge},
+		{"total above MaxMessage", &pb.Chunk{TotalSize: 1 << 40, Data: piece}, nil, 0, ErrPayloadTooLarge},
+		{"empty data", &pb.Chunk{TotalSize: 2 * ChunkSize}, nil, 0, ErrMalformed},
+		{"data past total", &pb.Chunk{TotalSize: ChunkSize + 1, Data: piece}, [][]byte{chunkFrame(t, 0, []byte("xy"))}, 0, ErrMalformed},
+		{"second chunk restates total", &pb.Chunk{TotalSize: 2 * ChunkSize, Data: piece}, [][]byte{chunkFrame(t, 2*ChunkSize, piece)}, 0, ErrMalformed},
+		{"interrupted by a message", &pb.Chunk{TotalSize: 2 * ChunkSize, Data: piece}, [][]byte{status}, 0, ErrMalformed},
+		{"stream ends", &pb.Chunk{TotalSize: 2 * ChunkSize, Data: piece}, nil, 0, io.ErrUnexpectedEOF},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rest := c.rest
+			next := func() ([]byte, error) {
+				if len(rest) == 0 {
+					return nil, io.ErrUnexpectedEOF
+				}
+				f := rest[0]
+				rest = rest[1:]
+				return f, nil
+			}
+			got, err := joinChunks(c.first, c.limit, next)
+			if err == nil || got != nil {
+				t.Fatalf("joined %d bytes, err %v; want an error", len(got), err)
+			}
+			if !errors.Is(err, c.wantIs) {
+				t.Fatalf("error %v, want %v", err, c.wantIs)
+			}
+		})
+	}
+}
+
+// FuzzJoinChunks feeds arbitrary frames to the chunk joiner: it must never
+// panic, and what it returns is never larger than the declared total.
+func FuzzJoinChunks(f *testing.F) {
+	f.Add(uint64(ChunkSize+2), []byte("ab"), []byte{0x4a, 0x02, 0x12, 0x00})
+	f.Add(uint64(2*ChunkSize), bytes.Repeat([]byte{1}, 64), []byte{})
+	f.Fuzz(func(t *testing.T, total uint64, data, frames []byte) {
+		fr := NewFrameReader(bytes.NewReader(frames), 1<<16)
+		next := func() ([]byte, error) { return fr.ReadFrame() }
+		out, err := joinChunks(&pb.Chunk{TotalSize: total, Data: data}, 4*ChunkSize, next)
+		if err == nil && uint64(len(out)) != total {
+			t.Fatalf("joined %d bytes, declared %d", len(out), total)
+		}
+	})
+}
