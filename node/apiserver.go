@@ -21,26 +21,52 @@ import (
 // maxAPIBody caps a request body on the control API.
 const maxAPIBody = 1 << 20
 
+// apiRoute is one route of the REST API; the same table builds the mux
+// and the OpenAPI document (openapi.go), so the two cannot drift apart.
+type apiRoute struct {
+	method, path, summary string
+	handle                func(*Node, http.ResponseWriter, *http.Request)
+	request, response     any  // zero values of the JSON bodies; nil: none
+	stream                bool // the response is server-sent events of response
+}
+
+var apiRoutes = []apiRoute{
+	{"GET", "/node", "This node: peer ID, addresses, profiles, version", (*Node).handleNode, nil, api.NodeInfo{}, false},
+	{"GET", "/peers", "Known peers with trust and access", (*Node).handlePeers, nil, []api.Peer{}, false},
+	{"POST", "/peers", "Add a static peer by full multiaddr and connect", (*Node).handleAddPeer, api.AddPeer{}, api.Peer{}, false},
+	{"GET", "/peers/log", "The audit log of trust and access changes", (*Node).handleAudit, nil, []api.AuditEntry{}, false},
+	{"POST", "/peers/{id}", "Change a peer's trust or access", (*Node).handlePeerChange, api.PeerChange{}, api.Peer{}, false},
+	{"DELETE", "/peers/{id}", "Forget a peer", (*Node).handlePeerChange, nil, api.Peer{}, false},
+	{"GET", "/profiles", "The profiles this node serves", (*Node).handleProfiles, nil, []api.Profile{}, false},
+	{"POST", "/delegations", "Start a delegation", (*Node).handleDelegate, api.DelegateRequest{}, api.DelegateResponse{}, false},
+	{"GET", "/delegations", "Every delegation, oldest first (at most 1000)", (*Node).handleList, nil, []api.Delegation{}, false},
+	{"GET", "/delegations/{id}", "One delegation", (*Node).handleGet, nil, api.Delegation{}, false},
+	{"GET", "/delegations/{id}/events", "A delegation's event log, then live events until it is terminal", (*Node).handleEvents, nil, api.Event{}, true},
+	{"POST", "/delegations/{id}/cancel", "Cancel a delegation this node requested", (*Node).handleCancel, nil, struct{}{}, false},
+	{"GET", "/delegations/{id}/verify", "Re-check a delegation's signed result proof", (*Node).handleVerify, nil, api.Proof{}, false},
+	{"GET", "/events", "Every delegation event on this node, live", (*Node).handleAllEvents, nil, api.DelegationEvent{}, true},
+	{"GET", "/tree", "Delegations as a tree of parents and children", (*Node).handleTree, nil, []api.TreeNode{}, false},
+	{"GET", "/gpu", "VRAM inventory and leases", (*Node).handleGPU, nil, api.GPU{}, false},
+	{"GET", "/status", "NAT, reachability, relays and connections", (*Node).handleStatus, nil, api.Status{}, false},
+	{"GET", "/discovery", "Known peers with their sources and verified profiles (?profile= to search)", (*Node).handleDiscovery, nil, api.Discovery{}, false},
+}
+
 func (n *Node) apiHandler() http.Handler {
 	mux := http.NewServeMux()
-	p := api.Prefix
-	mux.HandleFunc("GET "+p+"/node", n.handleNode)
-	mux.HandleFunc("GET "+p+"/peers", n.handlePeers)
-	mux.HandleFunc("POST "+p+"/peers", n.handleAddPeer)
-	mux.HandleFunc("GET "+p+"/peers/log", n.handleAudit)
-	mux.HandleFunc("POST "+p+"/peers/{id}", n.handlePeerChange)
-	mux.HandleFunc("DELETE "+p+"/peers/{id}", n.handlePeerChange)
-	mux.HandleFunc("GET "+p+"/profiles", n.handleProfiles)
-	mux.HandleFunc("POST "+p+"/delegations", n.handleDelegate)
-	mux.HandleFunc("GET "+p+"/delegations", n.handleList)
-	mux.HandleFunc("GET "+p+"/delegations/{id}", n.handleGet)
-	mux.HandleFunc("GET "+p+"/delegations/{id}/events", n.handleEvents)
-	mux.HandleFunc("POST "+p+"/delegations/{id}/cancel", n.handleCancel)
-	mux.HandleFunc("GET "+p+"/delegations/{id}/verify", n.handleVerify)
-	mux.HandleFunc("GET "+p+"/tree", n.handleTree)
-	mux.HandleFunc("GET "+p+"/gpu", n.handleGPU)
-	mux.HandleFunc("GET "+p+"/status", n.handleStatus)
-	mux.HandleFunc("GET "+p+"/discovery", n.handleDiscovery)
+	for _, r := range apiRoutes {
+		mux.HandleFunc(r.method+" "+api.Prefix+r.path, func(w http.ResponseWriter, req *http.Request) { r.handle(n, w, req) })
+	}
+	return mux
+}
+
+// socketHandler is the unix socket's API: the REST API and the routes
+// only the node's own user may call (the HTTP listener's token).
+func (n *Node) socketHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(api.Prefix+"/", n.apiHandler())
+	mux.HandleFunc("GET "+api.Prefix+"/api-token", n.handleToken)
+	mux.HandleFunc("POST "+api.Prefix+"/api-token", n.handleToken)
+	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI)
 	return mux
 }
 
@@ -65,7 +91,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 }
 
 func (n *Node) handleNode(w http.ResponseWriter, _ *http.Request) {
-	info := api.NodeInfo{PeerID: n.PeerID().String(), Addrs: n.Addrs(), Version: Version}
+	info := api.NodeInfo{PeerID: n.PeerID().String(), Addrs: n.Addrs(), Version: Version, HTTPAddr: n.HTTPAddr()}
 	for _, p := range n.Engine().Profiles() {
 		info.Profiles = append(info.Profiles, p.Name)
 	}
@@ -117,7 +143,14 @@ func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleProfiles(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, n.Engine().Profiles())
+	out := []api.Profile{}
+	for _, p := range n.Engine().Profiles() {
+		out = append(out, api.Profile{
+			Name: p.Name, Description: p.Description, Skills: append([]string{}, p.Skills...),
+			MaxBudgetTokens: p.MaxBudgetTokens, VRAMMiB: p.VRAMMiB,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {

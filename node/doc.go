@@ -1,7 +1,9 @@
 // Package node wires a kith node together: it loads the identity and the
 // config, builds the libp2p host, opens the store, runs the delegation
 // engine, connects static peers and serves the local control API on a unix
-// socket. It holds no protocol logic of its own.
+// socket and, when [api] listen is set, on TCP behind a bearer token, with
+// its OpenAPI document and the A2A gateway (node/gateway). It holds no
+// protocol logic of its own.
 //
 // Construction (New) does no I/O; Run does it all and owns every goroutine
 // it starts, returning only after they have stopped.

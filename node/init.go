@@ -83,6 +83,9 @@ func Init(home string, listen []string) (peer.ID, error) {
 	if err := id.Save(keyPath); err != nil {
 		return "", err
 	}
+	if _, err := EnsureToken(home); err != nil {
+		return "", err
+	}
 	if writeCfg {
 		if err := os.WriteFile(cfgPath, config.DefaultFile(listen), 0o600); err != nil {
 			return "", fmt.Errorf("node: write config: %w", err)

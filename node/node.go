@@ -84,6 +84,9 @@ type Node struct {
 	gpuReason string // why there is no ledger
 
 	nat natState // what runNAT learned, for kith status
+
+	httpLn  net.Listener // [api] listener; nil when off
+	httpAPI *httpAPI
 }
 
 // New checks the config and returns a node that Run will start. It does
@@ -238,7 +241,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	api := &http.Server{Handler: n.apiHandler(), ReadHeaderTimeout: 10 * time.Second}
+	api := &http.Server{Handler: n.socketHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	g, gctx := errgroup.WithContext(ctx)
 	disc, err := newDiscoverer(gctx, n, h, st, eng, gate)
@@ -251,6 +254,20 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	n.id, n.st, n.host, n.eng, n.gater, n.disc = id, st, h, eng, gate, disc
 	n.gpuInv, n.ledger, n.gpuReason = inv, ledger, noGPU
 	n.mu.Unlock()
+
+	var httpSrv *http.Server
+	if n.cfg.API.Enabled() {
+		srv, hln, h, err := n.startHTTPAPI()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		httpSrv = srv
+		n.mu.Lock()
+		n.httpLn, n.httpAPI = hln, h
+		n.mu.Unlock()
+		g.Go(func() error { return serveHTTPAPI(srv, hln) })
+	}
 
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
@@ -272,7 +289,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	g.Go(func() error { n.maintain(gctx, st); return nil })
 	g.Go(func() error { disc.run(gctx, n); return nil })
 	g.Go(func() error { n.runNAT(gctx, h, natSub); return nil })
-	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath())
+	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath(), "http", n.HTTPAddr())
 	close(n.ready)
 
 	<-gctx.Done()
@@ -280,6 +297,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = api.Shutdown(shutCtx)
+	if httpSrv != nil {
+		_ = httpSrv.Shutdown(shutCtx)
+	}
 	h.RemoveStreamHandler(protocol.ID)
 	stopEngine()
 	engErr := <-engDone

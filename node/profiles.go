@@ -26,6 +26,12 @@ func profiles(cfg config.Config) ([]delegation.Profile, error) {
 				o.APIKey = os.Getenv(p.APIKeyEnv)
 			}
 			ex = o
+		case config.ExecutorA2A:
+			a := &executor.A2A{URL: p.URL}
+			if p.APIKeyEnv != "" {
+				a.Token = os.Getenv(p.APIKeyEnv)
+			}
+			ex = a
 		default:
 			return nil, fmt.Errorf("node: profile %q: unknown executor %q", p.Name, p.Executor)
 		}

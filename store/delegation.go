@@ -271,7 +271,9 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 	if d.ContextID != "" {
 		locks = append(locks, string(contextKey(d.ContextID)))
 	}
-	return s.update(locks, func(txn *badger.Txn) error {
+	var committed []Event
+	err := s.update(locks, func(txn *badger.Txn) error {
+		committed = committed[:0]
 		_, err := txn.Get(delegationKey(d.Role, d.ID))
 		if err == nil {
 			return fmt.Errorf("%w: %s", ErrExists, dlgName(d.Role, d.ID))
@@ -298,15 +300,26 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 			if ev.At.IsZero() {
 				ev.At = d.CreatedAt // one write, one time
 			}
-			if _, err := s.appendEvent(txn, d.Role, d.ID, ev); err != nil {
+			seq, err := s.appendEvent(txn, d.Role, d.ID, ev)
+			if err != nil {
 				return err
 			}
+			ev.Seq = seq
+			committed = append(committed, ev)
 		}
 		if d.ContextID != "" {
 			return s.addToContext(txn, d.ContextID, d.ID)
 		}
 		return nil
 	})
+	if err == nil {
+		if len(committed) == 0 {
+			// A delegation created without events still shows up.
+			committed = []Event{{Type: "created", State: d.State, At: d.CreatedAt}}
+		}
+		s.notify(d.Role, d.ID, committed...)
+	}
+	return err
 }
 
 // GetDelegation returns the delegation or ErrNotFound.

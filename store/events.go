@@ -71,7 +71,9 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		}
 	}
 	var out Delegation
+	var committed []Event
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
+		committed = committed[:0]
 		// Without mutate the blobs cannot change: leave them unread, so a
 		// transition costs the same whatever the size of the offer.
 		old, err := getDelegation(txn, role, id, mutate != nil)
@@ -101,9 +103,12 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 			if b.At.IsZero() {
 				b.At = now
 			}
-			if _, err := s.appendEvent(txn, role, id, b); err != nil {
+			seq, err := s.appendEvent(txn, role, id, b)
+			if err != nil {
 				return err
 			}
+			b.Seq = seq
+			committed = append(committed, b)
 		}
 		d.State, d.UpdatedAt = to, now
 		if err := putDelegation(txn, d, &old); err != nil {
@@ -120,9 +125,14 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		if d.LastSeq, err = s.appendEvent(txn, role, id, e); err != nil {
 			return err
 		}
+		e.Seq = d.LastSeq
+		committed = append(committed, e)
 		out = d
 		return nil
 	})
+	if err == nil {
+		s.notify(role, id, committed...)
+	}
 	return out, err
 }
 
@@ -142,6 +152,7 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 		return 0, err
 	}
 	var seq uint64
+	var committed Event
 	// Same lock as Transition: an event never slips between a transition's
 	// state check and its commit, so event order is state order.
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
@@ -157,8 +168,13 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 			e.At = s.clock()
 		}
 		seq, err = s.appendEvent(txn, role, id, e)
+		e.Seq = seq
+		committed = e
 		return err
 	})
+	if err == nil {
+		s.notify(role, id, committed)
+	}
 	return seq, err
 }
 

@@ -89,6 +89,7 @@ type Store struct {
 	closed bool
 
 	replay replayMem
+	watch  watchers // Watch's subscribers
 }
 
 // Open opens, or creates, the store in dir (created with mode 0700 if

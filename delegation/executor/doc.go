@@ -13,6 +13,9 @@
 //     stdout. Cancellation kills the whole group, SIGTERM then SIGKILL.
 //   - OpenAI streams a chat completion from any OpenAI-compatible endpoint
 //     (Ollama, vLLM, llama.cpp) over server-sent events.
+//   - A2A forwards the task to an A2A agent by URL (v1.0, or v0.3 when its
+//     card says so), streams its artifact chunks, and cancels the remote
+//     task when the delegation is cancelled.
 //   - HandlerFunc adapts a Go function registered in-process.
 //
 // Every executor keeps the same contract, so the core can treat them alike:

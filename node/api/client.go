@@ -191,3 +191,14 @@ func (c *Client) GPU(ctx context.Context) (GPU, error) {
 	var g GPU
 	return g, c.do(ctx, http.MethodGet, "/gpu", nil, &g)
 }
+
+// Token returns the HTTP listener's bearer token; rotate replaces it first
+// (the daemon uses the new one at once).
+func (c *Client) Token(ctx context.Context, rotate bool) (Token, error) {
+	var t Token
+	method := http.MethodGet
+	if rotate {
+		method = http.MethodPost
+	}
+	return t, c.do(ctx, method, "/api-token", nil, &t)
+}

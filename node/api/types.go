@@ -15,6 +15,8 @@ type NodeInfo struct {
 	Addrs    []string `json:"addrs"` // full multiaddrs ending in /p2p/<peer id>
 	Profiles []string `json:"profiles"`
 	Version  string   `json:"version"`
+	// HTTPAddr is the address the [api] listener bound; empty when off.
+	HTTPAddr string `json:"http_addr,omitempty"`
 }
 
 // Peer is one entry of GET /peers.
@@ -154,4 +156,34 @@ type GPULease struct {
 	Local     bool      `json:"local"`
 	Device    string    `json:"device"`
 	GrantedAt time.Time `json:"granted_at"`
+}
+
+// Profile is one entry of GET /profiles: a profile this node serves.
+type Profile struct {
+	Name            string   `json:"name"`
+	Description     string   `json:"description,omitempty"`
+	Skills          []string `json:"skills"`
+	MaxBudgetTokens uint64   `json:"max_budget_tokens"`
+	VRAMMiB         uint64   `json:"vram_mib"`
+}
+
+// Token is GET and POST /api-token (unix socket only): the bearer token
+// the HTTP listener wants.
+type Token struct {
+	Token string `json:"token"`
+	// Required says whether the listener asks for it ([api] listen off
+	// loopback, or require_token).
+	Required bool `json:"required"`
+}
+
+// DelegationEvent is one event of GET /events (server-sent events, "data:
+// <json>"): something happened to one of this node's delegations.
+type DelegationEvent struct {
+	ID       string    `json:"id"`
+	Role     string    `json:"role"`
+	Seq      uint64    `json:"seq"`
+	At       time.Time `json:"at"`
+	Type     string    `json:"type"`
+	State    string    `json:"state"`
+	Terminal bool      `json:"terminal"`
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+
 	"github.com/kithmesh/kith/delegation/executor"
 )
 
@@ -254,6 +256,13 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 	if r.Anatomy, err = first.anatomy(ctx, string(text)); err != nil {
 		return r, fmt.Errorf("bench: first delegation: %w", err)
 	}
+	fmt.Fprintf(w, "starting the A2A gateway and a plain a2a-go echo agent on loopback HTTP\n")
+	a2aSrv, err := startA2A(ctx, dir, slices.Max(opts.Concurrency), budget)
+	if err != nil {
+		return r, fmt.Errorf("bench: A2A servers: %w", err)
+	}
+	defer func() { err = errors.Join(err, a2aSrv.Close()) }()
+
 	bufs := make([][]byte, slices.Max(opts.Concurrency))
 	for i := range bufs {
 		bufs[i] = make([]byte, opts.Payload)
@@ -278,9 +287,21 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 			}
 			r.Phases = append(r.Phases, p)
 		}
+		for _, x := range []struct {
+			name PhaseName
+			c    *a2aclient.Client
+		}{{PhaseA2AGateway, a2aSrv.gw}, {PhaseA2AAgent, a2aSrv.raw}} {
+			p := measure(ctx, w, &r, opts, x.name, "", conc, nil, func(ctx context.Context, _ int) error {
+				return send(ctx, x.c, string(text))
+			})
+			if err := ctx.Err(); err != nil {
+				return r, err
+			}
+			r.Phases = append(r.Phases, p)
+		}
 	}
 	r.Ratios = ratios(r.Phases)
-	r.Goals = goals(r)
+	r.Goals = append(goals(r), a2aGoal(r))
 	fmt.Fprintln(w)
 	if err := r.WriteTable(w); err != nil {
 		return r, err

@@ -41,7 +41,7 @@ func TestRunReportIsWellFormed(t *testing.T) {
 		t.Errorf("fsync samples %d, want 20", r.Fsync.Samples)
 	}
 
-	wantPhases := 2 * (1 + len(AllStores))
+	wantPhases := 2 * (1 + len(AllStores) + 2) // + the two A2A phases
 	if len(r.Phases) != wantPhases {
 		t.Fatalf("%d phases, want %d: %+v", len(r.Phases), wantPhases, r.Phases)
 	}
@@ -76,8 +76,8 @@ func TestRunReportIsWellFormed(t *testing.T) {
 			t.Errorf("ratio %+v has a zero", x)
 		}
 	}
-	if len(r.Goals) != 3 {
-		t.Fatalf("%d goals, want 3", len(r.Goals))
+	if len(r.Goals) != 4 {
+		t.Fatalf("%d goals, want 4", len(r.Goals))
 	}
 	// The first two are read at concurrency 1 and were measured; the
 	// throughput goal is read at 64, which this run did not measure.

@@ -65,6 +65,9 @@ type Config struct {
 	// NAT says how this node gets through NAT routers ([nat]).
 	NAT NAT `toml:"nat"`
 
+	// API is the HTTP listener of the REST API and the A2A gateway ([api]).
+	API API `toml:"api"`
+
 	// Profiles are the kinds of work this node offers ([[profiles]]).
 	// Default: one profile "echo" with executor "echo". A file with no
 	// profiles key keeps that default; "profiles = []" offers nothing.
@@ -295,10 +298,12 @@ const (
 	// ExecutorOpenAI sends the task to an OpenAI-compatible chat endpoint
 	// (Ollama, vLLM, llama.cpp server, ...).
 	ExecutorOpenAI Executor = "openai"
+	// ExecutorA2A forwards the task to an A2A agent by URL.
+	ExecutorA2A Executor = "a2a"
 )
 
 // executors lists the valid executors, in the order messages name them.
-var executors = []Executor{ExecutorEcho, ExecutorExec, ExecutorOpenAI}
+var executors = []Executor{ExecutorEcho, ExecutorExec, ExecutorOpenAI, ExecutorA2A}
 
 // Profile is one [[profiles]] entry: a named kind of work this node offers
 // to itself and to its peers. The fields after VRAMMiB belong to one
@@ -316,7 +321,7 @@ type Profile struct {
 	// most 64, each 1 to 64 bytes.
 	Skills []string `toml:"skills"`
 
-	// Executor runs the work: "echo", "exec" or "openai". Required.
+	// Executor runs the work: "echo", "exec", "openai" or "a2a". Required.
 	Executor Executor `toml:"executor"`
 
 	// MaxBudgetTokens is the largest token budget an offer may name; offers
@@ -357,15 +362,16 @@ type Profile struct {
 
 	// URL is the openai executor's base URL, http or https, e.g.
 	// "http://127.0.0.1:11434/v1" (Ollama); "/chat/completions" is appended.
-	// Required for openai.
+	// For the a2a executor it is the agent's base URL, where its card is
+	// found at /.well-known/agent-card.json. Required for openai and a2a.
 	URL string `toml:"url"`
 
 	// Model is the model the openai executor asks for. Required for openai.
 	Model string `toml:"model"`
 
 	// APIKeyEnv names the environment variable that holds the openai
-	// executor's API key, so the key never sits in this file. Default: "",
-	// no key sent.
+	// executor's API key, or the a2a executor's bearer token, so the secret
+	// never sits in this file. Default: "", none sent.
 	APIKeyEnv string `toml:"api_key_env"`
 
 	// System is the openai executor's system prompt. Default: "", none.
@@ -403,6 +409,7 @@ func Default() Config {
 			MaxMemoryPerPeerMiB:  64,
 		},
 		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
+		API:    API{MaxBodyBytes: 1 << 20},
 		GPU:    GPU{HeadroomMiB: 512, ReofferPreempted: true},
 		Discovery: Discovery{
 			MDNS:           true,

@@ -165,7 +165,7 @@ func TestDefaultFileRoundTrips(t *testing.T) {
 func TestDefaultFileShowsEveryKey(t *testing.T) {
 	file := string(DefaultFile(nil))
 	for key, k := range schema {
-		if _, isTable := map[string]bool{"store": true, "limits": true, "policy": true, "gpu": true, "discovery": true, "nat": true, "profiles": true}[key]; isTable {
+		if _, isTable := map[string]bool{"store": true, "limits": true, "policy": true, "gpu": true, "discovery": true, "nat": true, "api": true, "profiles": true}[key]; isTable {
 			if !strings.Contains(file, "["+key+"]") {
 				t.Errorf("default file has no [%s] header", key)
 			}
@@ -211,7 +211,7 @@ func TestDefaultFileExamplesAreValid(t *testing.T) {
 	for _, p := range c.Profiles {
 		names = append(names, p.Name+":"+string(p.Executor))
 	}
-	if got, want := strings.Join(names, " "), "echo:echo summarize:exec llama:openai"; got != want {
+	if got, want := strings.Join(names, " "), "echo:echo summarize:exec llama:openai researcher:a2a"; got != want {
 		t.Errorf("profiles = %s, want %s", got, want)
 	}
 }

@@ -153,6 +153,8 @@ func DefaultFile(listen []string) []byte {
 	w.show("relay_circuit_mib", fmt.Sprint(nt.RelayCircuitMiB))
 	w.blank()
 
+	w.describeAPI(d.API)
+
 	w.comment("Profiles: the kinds of work this node offers, to itself and to its peers,")
 	w.comment("one [[profiles]] block each. With no profiles key at all the node offers the")
 	w.comment("built-in \"echo\" profile; to offer nothing, write profiles = [] at the top.")
@@ -193,6 +195,16 @@ func DefaultFile(listen []string) []byte {
 	w.example(`system = ""                       # system prompt; "" sends none`)
 	w.example(`min_trust = "trusted"             # only peers you trust fully; "" is "verified"`)
 	w.example(`vram_mib = 6144`)
+	w.blank()
+	w.comment("An a2a profile forwards the task to an A2A agent (v1.0, or v0.3 when its")
+	w.comment("card says so); the agent's card is read from <url>/.well-known/agent-card.json.")
+	w.comment("")
+	w.example(`[[profiles]]`)
+	w.example(`name = "researcher"`)
+	w.example(`executor = "a2a"`)
+	w.example(`url = "http://127.0.0.1:9999"   # required: the agent's base URL`)
+	w.example(`api_key_env = "RESEARCHER_TOKEN" # env var holding a bearer token; "" sends none`)
+	w.example(`timeout = "2m"                  # the agent must finish within it`)
 	return []byte(w.b.String())
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +48,7 @@ func (c Config) validate() problems {
 	c.Policy.validate(&ps)
 	c.Discovery.validate(&ps)
 	c.NAT.validate(&ps)
+	c.API.validate(&ps)
 	c.validateProfiles(&ps)
 	return ps
 }
@@ -278,6 +280,8 @@ func (p Profile) validate(ps *problems, key string, l Limits) {
 		p.validateExec(ps, key)
 	case ExecutorOpenAI:
 		p.validateOpenAI(ps, key)
+	case ExecutorA2A:
+		p.validateA2A(ps, key)
 	default:
 		// The executor-specific keys cannot be judged against an executor
 		// that does not exist.
@@ -285,8 +289,8 @@ func (p Profile) validate(ps *problems, key string, l Limits) {
 		return
 	}
 	for _, f := range p.executorFields() {
-		if f.set && f.owner != p.Executor {
-			ps.add(key+"."+f.key, "only for executor = %q; this profile's executor is %q", f.owner, p.Executor)
+		if f.set && !slices.Contains(f.owners, p.Executor) {
+			ps.add(key+"."+f.key, "only for executor = %s; this profile's executor is %q", quoteExecutors(f.owners), p.Executor)
 		}
 	}
 }
@@ -347,9 +351,9 @@ func checkBaseURL(s string) string {
 }
 
 type executorField struct {
-	key   string
-	owner Executor
-	set   bool
+	key    string
+	owners []Executor
+	set    bool
 }
 
 // executorFields lists the keys that belong to one executor each. A zero
@@ -357,14 +361,22 @@ type executorField struct {
 // either way it changes nothing.
 func (p Profile) executorFields() []executorField {
 	return []executorField{
-		{"command", ExecutorExec, len(p.Command) > 0},
-		{"dir", ExecutorExec, p.Dir != ""},
-		{"env", ExecutorExec, len(p.Env) > 0},
-		{"url", ExecutorOpenAI, p.URL != ""},
-		{"model", ExecutorOpenAI, p.Model != ""},
-		{"api_key_env", ExecutorOpenAI, p.APIKeyEnv != ""},
-		{"system", ExecutorOpenAI, p.System != ""},
+		{"command", []Executor{ExecutorExec}, len(p.Command) > 0},
+		{"dir", []Executor{ExecutorExec}, p.Dir != ""},
+		{"env", []Executor{ExecutorExec}, len(p.Env) > 0},
+		{"url", []Executor{ExecutorOpenAI, ExecutorA2A}, p.URL != ""},
+		{"model", []Executor{ExecutorOpenAI}, p.Model != ""},
+		{"api_key_env", []Executor{ExecutorOpenAI, ExecutorA2A}, p.APIKeyEnv != ""},
+		{"system", []Executor{ExecutorOpenAI}, p.System != ""},
 	}
+}
+
+func quoteExecutors(es []Executor) string {
+	q := make([]string, len(es))
+	for i, e := range es {
+		q[i] = fmt.Sprintf("%q", e)
+	}
+	return strings.Join(q, " or ")
 }
 
 func executorList() string {

@@ -172,8 +172,23 @@ func TestValidateRules(t *testing.T) {
 				c.Profiles = append(c.Profiles, Profile{Name: fmt.Sprint("p", i), Executor: ExecutorEcho})
 			}
 		}, "profiles", "at most 64"},
-		{"executor required", func(c *Config) { c.Profiles[0].Executor = "" }, "profiles[0].executor", `required; want "echo", "exec" or "openai"`},
-		{"executor unknown", func(c *Config) { c.Profiles[0].Executor = "a2a" }, "profiles[0].executor", `unknown executor "a2a"`},
+		{"executor required", func(c *Config) { c.Profiles[0].Executor = "" }, "profiles[0].executor", `required; want "echo", "exec", "openai" or "a2a"`},
+		{"executor unknown", func(c *Config) { c.Profiles[0].Executor = "grpc" }, "profiles[0].executor", `unknown executor "grpc"`},
+		{"a2a needs url", func(c *Config) { c.Profiles[0].Executor = ExecutorA2A }, "profiles[0].url", "required when executor = \"a2a\""},
+		{"a2a url with credentials", func(c *Config) {
+			c.Profiles[0].Executor, c.Profiles[0].URL = ExecutorA2A, "http://u:p@127.0.0.1:9"
+		}, "profiles[0].url", "carries credentials"},
+		{"a2a with model", func(c *Config) {
+			c.Profiles[0].Executor, c.Profiles[0].URL, c.Profiles[0].Model = ExecutorA2A, "http://127.0.0.1:9", "m"
+		}, "profiles[0].model", `only for executor = "openai"`},
+		{"a2a ok", func(c *Config) {
+			c.Profiles[0].Executor, c.Profiles[0].URL, c.Profiles[0].APIKeyEnv = ExecutorA2A, "http://127.0.0.1:9", "TOKEN"
+		}, "", ""},
+		{"api listen loopback", func(c *Config) { c.API.Listen = "127.0.0.1:0" }, "", ""},
+		{"api listen not host:port", func(c *Config) { c.API.Listen = "8080" }, "api.listen", "not host:port"},
+		{"api listen hostname", func(c *Config) { c.API.Listen = "example.org:80" }, "api.listen", "IP address or localhost"},
+		{"api public url", func(c *Config) { c.API.PublicURL = "ftp://x" }, "api.public_url", "not an http or https URL"},
+		{"api body cap", func(c *Config) { c.API.MaxBodyBytes = 10 }, "api.max_body_bytes", "want 1024"},
 		{"timeout within max", func(c *Config) { c.Profiles[0].Timeout = Duration(time.Hour) }, "", ""},
 		{"timeout above max", func(c *Config) { c.Profiles[0].Timeout = Duration(61 * time.Minute) }, "profiles[0].timeout", "above limits.max_timeout"},
 		{"timeout negative", func(c *Config) { c.Profiles[0].Timeout = Duration(-time.Second) }, "profiles[0].timeout", "is negative"},
@@ -215,7 +230,7 @@ func TestValidateRules(t *testing.T) {
 			p := execProfile("run")
 			p.URL = "http://x"
 			c.Profiles = append(c.Profiles, p)
-		}, "profiles[1].url", `only for executor = "openai"; this profile's executor is "exec"`},
+		}, "profiles[1].url", `only for executor = "openai" or "a2a"; this profile's executor is "exec"`},
 
 		// openai.
 		{"openai ok", func(c *Config) {
