@@ -9,6 +9,13 @@
 // provider_restarted (and keeps every finished result for its requester),
 // and a requester that restarts reattaches to the delegations it left open.
 //
+// A requester trusts a provider's signature, not its conduct: it refuses
+// messages its state does not allow (a result before an accept), output
+// beyond what the offered budget allows, and status floods, ending the
+// delegation with a typed reason and telling the provider to stop. Tasks
+// and results carry up to protocol.MaxPayload (less where the store holds
+// less); a larger task is refused by Delegate before anything is stored.
+//
 // Local profiles run through the same state machine and store with no
 // network: the engine is its own provider.
 package delegation
