@@ -62,6 +62,9 @@ func (h *httpAPI) handler(gw *gateway.Gateway) http.Handler {
 	rest := h.n.apiHandler()
 	mux.Handle(api.Prefix+"/", http.MaxBytesHandler(rest, h.n.cfg.API.MaxBodyBytes))
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI)
+	if h.n.metrics != nil {
+		mux.Handle("GET "+MetricsPath, h.n.metrics.handler())
+	}
 	mux.Handle("/", gw.Handler())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.required && !public(r) && !h.authorized(r) {
