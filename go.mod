@@ -6,6 +6,8 @@ require (
 	filippo.io/edwards25519 v1.1.0
 	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/a2aproject/a2a-go/v2 v2.4.0
+	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
+	github.com/chromedp/chromedp v0.14.2
 	github.com/dgraph-io/badger/v4 v4.9.6
 	github.com/ipfs/go-cid v0.6.2
 	github.com/libp2p/go-libp2p v0.51.0
@@ -35,8 +37,6 @@ require (
 	github.com/benbjohnson/clock v1.3.5 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327 // indirect
-	github.com/chromedp/chromedp v0.14.2 // indirect
 	github.com/chromedp/sysutil v1.1.0 // indirect
 	github.com/davidlazar/go-crypto v0.0.0-20200604182044-b73af7476f6c // indirect
 	github.com/decred/dcrd/dcrec/secp256k1/v4 v4.4.1 // indirect

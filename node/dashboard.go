@@ -64,9 +64,15 @@ func safeMethod(m string) bool {
 // whose listener needs no token must not be driven by any web page the
 // user visits).
 func (h *httpAPI) crossOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		return false
+	case "same-site", "cross-site":
+		return true
+	}
 	o := r.Header.Get("Origin")
 	if o == "" {
-		return r.Header.Get("Sec-Fetch-Site") == "cross-site"
+		return false // not a browser, or one too old to say
 	}
 	u, err := url.Parse(o)
 	if err != nil {
@@ -95,7 +101,7 @@ func dashboardHeaders(w http.ResponseWriter) {
 	w.Header().Set("Content-Security-Policy", dashboardCSP)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Frame-Options", "DENY")
-	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Cache-Control", "no-store")
 }
 

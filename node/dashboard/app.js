@@ -120,7 +120,7 @@ async function act(id, change) {
 function renderTree(nodes) {
   const item = (n) => {
     const li = el("li", { "data-delegation": n.id, "data-state": n.state, "data-remote": String(!!n.remote) },
-      n.remote ? el("span", { class: "net", title: "remote: runs on another node" }, "\u{1F310}") : el("span", { class: "net", title: "local" }, "\u{1F5A5}"),
+      n.remote ? el("span", { class: "icon net", title: "remote: runs on another node" }) : el("span", { class: "icon local", title: "local" }),
       el("span", { class: "state " + n.state }, n.state), " ",
       el("strong", {}, n.profile), " ",
       el("span", { class: "muted" }, n.role), " ",
