@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -154,4 +155,21 @@ func (h *httpAPI) sessionInfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"csrf": derive(h.currentToken(), "csrf")})
+}
+
+// DashboardURL is the address to open for a listener bound at addr
+// (host:port): a wildcard host becomes loopback, which the bound
+// listener also answers on.
+func DashboardURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr + DashboardPath
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port) + DashboardPath
 }

@@ -275,3 +275,16 @@ func TestDashboardSessionAndCSRF(t *testing.T) {
 		t.Errorf("change with the CSRF header from the page's origin: %d", code)
 	}
 }
+
+func TestDashboardURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.1:7780": "http://127.0.0.1:7780/dashboard/",
+		"0.0.0.0:7780":   "http://127.0.0.1:7780/dashboard/",
+		"[::]:7780":      "http://[::1]:7780/dashboard/",
+		"[fd00::1]:80":   "http://[fd00::1]:80/dashboard/",
+	} {
+		if got := DashboardURL(addr); got != want {
+			t.Errorf("DashboardURL(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}

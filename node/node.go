@@ -295,6 +295,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	g.Go(func() error { disc.run(gctx, n); return nil })
 	g.Go(func() error { n.runNAT(gctx, h, natSub); return nil })
 	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath(), "http", n.HTTPAddr())
+	if a := n.HTTPAddr(); a != "" {
+		n.log.Info("dashboard", "url", DashboardURL(a))
+	}
 	close(n.ready)
 
 	<-gctx.Done()
