@@ -82,11 +82,23 @@ func reasonLabel(reason string) string {
 		return "none"
 	}
 	head, _, _ := strings.Cut(reason, ":")
+	head = strings.TrimSpace(head)
 	var r protocol.RejectReason
-	if r.UnmarshalText([]byte(strings.TrimSpace(head))) == nil {
+	if r.UnmarshalText([]byte(head)) == nil {
 		return r.String()
 	}
+	if _, ok := failureReasons[head]; ok {
+		return head
+	}
 	return "other"
+}
+
+// failureReasons are the engine's own typed failure reasons (errors.go).
+var failureReasons = map[string]struct{}{
+	ReasonProviderRestarted: {}, ReasonProviderShutdown: {}, ReasonRequesterRestarted: {},
+	ReasonBudgetViolation: {}, ReasonProofInvalid: {}, ReasonTimeout: {}, ReasonUnreachable: {},
+	ReasonProtocolViolation: {}, ReasonOutputViolation: {}, ReasonPayloadTooLarge: {},
+	ReasonStore: {}, ReasonExecutor: {},
 }
 
 // started counts a delegation just created, and its end when it was
