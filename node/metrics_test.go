@@ -8,10 +8,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -180,5 +182,49 @@ func promtoolCheck(t *testing.T, body []byte) {
 	cmd.Stdin = bytes.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// The README's metric list and the Grafana dashboard name only series a
+// node registers, and the README lists every one of them.
+func TestMetricDocsMatchRegistry(t *testing.T) {
+	n := startWith(t, nil)
+	ch := make(chan *prometheus.Desc)
+	go func() { n.metrics.reg.Describe(ch); close(ch) }()
+	fq := regexp.MustCompile(`fqName: "([^"]+)"`)
+	registered := map[string]bool{}
+	for d := range ch {
+		if m := fq.FindStringSubmatch(d.String()); m != nil && strings.HasPrefix(m[1], "kith_") && !strings.HasPrefix(m[1], "kith_process_") {
+			registered[m[1]] = true
+		}
+	}
+	name := regexp.MustCompile(`kith_[a-z_]+[a-z]`)
+	for _, doc := range []string{"../README.md", "../docs/grafana/kith.json"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, m := range name.FindAllString(string(b), -1) {
+			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+				if s, ok := strings.CutSuffix(m, suffix); ok && registered[s] {
+					m = s
+				}
+			}
+			if strings.HasPrefix(m, "kith_process") || m == "kith_session" {
+				continue
+			}
+			seen[m] = true
+			if !registered[m] {
+				t.Errorf("%s names %s, which no node registers", doc, m)
+			}
+		}
+		if doc == "../README.md" {
+			for m := range registered {
+				if !seen[m] {
+					t.Errorf("README.md does not list %s", m)
+				}
+			}
+		}
 	}
 }
