@@ -133,7 +133,8 @@ func (h *httpAPI) login(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: derive(tok, "session"), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || strings.HasPrefix(h.baseURL(), "https://"), // behind a TLS proxy too
 	})
 	http.Redirect(w, r, DashboardPath, http.StatusSeeOther)
 }
