@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -157,17 +156,13 @@ func (e *Engine) countRejection(err error) {
 	case errors.Is(err, protocol.ErrVersionUnsupported):
 		reason = RejectNoVersion
 	}
-	e.mu.Lock()
-	e.capRejects[reason]++
-	e.mu.Unlock()
+	e.m.capRejects.WithLabelValues(reason).Inc()
 }
 
 // CapabilityRejections counts the capability assertions (query answers and
 // adverts) this node refused, by reason.
 func (e *Engine) CapabilityRejections() map[string]uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return maps.Clone(e.capRejects)
+	return counterValues(e.m.capRejects)
 }
 
 // KnownCapabilities returns the freshest verified, unexpired assertion

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation/executor"
@@ -77,6 +78,9 @@ type Config struct {
 	Admit    Admitter
 	Trace    Trace
 	Logger   *slog.Logger
+	// Registerer receives the engine's Prometheus metrics (metrics.go);
+	// nil counts without exporting.
+	Registerer prometheus.Registerer
 
 	// Ledger grants VRAM leases to profiles that declare VRAMMiB; nil on a
 	// node without a GPU (such profiles are then refused insufficient_vram).
@@ -173,18 +177,18 @@ type Engine struct {
 	// cannot hold that much. Capability assertions advertise it.
 	maxPayload int
 
-	mu         sync.Mutex
-	profiles   map[string]*Profile
-	running    map[protocol.DelegationID]*task // provider side (remote and local)
-	outgoing   map[protocol.DelegationID]*outgoing
-	subs       map[subKey]map[chan store.Event]struct{}
-	caps       map[peer.ID]knownCaps
-	capRejects map[string]uint64
-	offers     *peerLimiter
-	queries    *peerLimiter
-	streams    *peerLimiter    // twice the offer and query rates together
-	perPeer    map[peer.ID]int // remote slots held, by peer
-	untrusted  int             // remote slots held by untrusted peers
+	mu        sync.Mutex
+	profiles  map[string]*Profile
+	running   map[protocol.DelegationID]*task // provider side (remote and local)
+	outgoing  map[protocol.DelegationID]*outgoing
+	subs      map[subKey]map[chan store.Event]struct{}
+	caps      map[peer.ID]knownCaps
+	m         *metrics
+	offers    *peerLimiter
+	queries   *peerLimiter
+	streams   *peerLimiter    // twice the offer and query rates together
+	perPeer   map[peer.ID]int // remote slots held, by peer
+	untrusted int             // remote slots held by untrusted peers
 
 	runCtx context.Context
 	wg     sync.WaitGroup
@@ -224,12 +228,12 @@ func New(cfg Config) (*Engine, error) {
 		outgoing:   make(map[protocol.DelegationID]*outgoing),
 		subs:       make(map[subKey]map[chan store.Event]struct{}),
 		caps:       make(map[peer.ID]knownCaps),
-		capRejects: make(map[string]uint64),
 		perPeer:    make(map[peer.ID]int),
 		offers:     newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
 		queries:    newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
 		streams:    streamLimiter(cfg),
 	}
+	e.m = newMetrics(cfg.Registerer, e)
 	for i := range cfg.Profiles {
 		p := cfg.Profiles[i]
 		if err := e.addProfile(&p); err != nil {
@@ -367,6 +371,7 @@ func (e *Engine) transitionAfter(role store.Role, id protocol.DelegationID, befo
 	if err != nil {
 		return d, err
 	}
+	e.m.end(d, e.cfg.Now())
 	first := d.LastSeq - uint64(len(before))
 	for i, b := range before {
 		b.Seq = first + uint64(i)
@@ -378,6 +383,18 @@ func (e *Engine) transitionAfter(role store.Role, id protocol.DelegationID, befo
 	}
 	e.publish(role, id, ev)
 	return d, nil
+}
+
+// create stores a new delegation and counts it.
+func (e *Engine) create(d store.Delegation, events ...store.Event) error {
+	if err := e.st.CreateDelegation(d, events...); err != nil {
+		return err
+	}
+	if d.CreatedAt.IsZero() {
+		d.CreatedAt = e.cfg.Now()
+	}
+	e.m.create(d, e.cfg.Now())
+	return nil
 }
 
 func (e *Engine) appendEvent(role store.Role, id protocol.DelegationID, ev store.Event) error {

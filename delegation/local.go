@@ -47,7 +47,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 	if p.MaxBudgetTokens > 0 && req.BudgetTokens > p.MaxBudgetTokens {
 		d.State = protocol.StateRejected
 		d.Reason = fmt.Sprintf("%s: budget %d above profile maximum %d", protocol.ReasonBudgetTooHigh, req.BudgetTokens, p.MaxBudgetTokens)
-		return offer.ID, e.st.CreateDelegation(d, store.Event{Type: EventRejected})
+		return offer.ID, e.create(d, store.Event{Type: EventRejected})
 	}
 	t := &task{
 		id: offer.ID, wire: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
@@ -58,7 +58,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 	lease, rej := e.lease(p, offer.ID, true)
 	if rej != nil {
 		d.State, d.Reason = protocol.StateRejected, rej.Reason.String()+": "+rej.Detail
-		return offer.ID, e.st.CreateDelegation(d, store.Event{Type: EventRejected})
+		return offer.ID, e.create(d, store.Event{Type: EventRejected})
 	}
 	t.lease = lease
 	accept, running, err := t.opening()
@@ -66,7 +66,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 		t.releaseLease()
 		return protocol.DelegationID{}, err
 	}
-	if err := e.st.CreateDelegation(d, accept, running); err != nil {
+	if err := e.create(d, accept, running); err != nil {
 		t.releaseLease()
 		return protocol.DelegationID{}, err
 	}

@@ -38,12 +38,14 @@ func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
 	// allow is refused before the envelope costs any public-key work.
 	if !e.streams.allow(remote, e.cfg.Now()) {
 		e.log.Debug("inbound stream refused", "peer", remote, "rule", "stream_rate")
+		e.m.rateLimited.WithLabelValues("stream").Inc()
 		_ = s.Reset()
 		return
 	}
 	c, first, raw, err := protocol.Accept(s, e.id, remote, e.st, e.cfg.Conn)
 	if err != nil {
 		e.log.Debug("inbound stream refused", "peer", remote, "err", err)
+		e.m.inboundFails.WithLabelValues(inboundFailure(err)).Inc()
 		_ = s.Reset()
 		return
 	}
@@ -123,6 +125,7 @@ func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.Capab
 	// prober nothing.
 	if !e.queries.allow(remote, e.cfg.Now()) {
 		e.log.Debug("capability query dropped", "peer", remote, "rule", "rate_limited")
+		e.m.rateLimited.WithLabelValues("query").Inc()
 		return
 	}
 	if trust := e.trustOf(remote); trust < e.cfg.QueryTrust {
@@ -152,6 +155,7 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 		return nil, &RejectedError{protocol.ReasonLoopDetected, "this node is already in the delegation chain"}
 	}
 	if !e.offers.allow(remote, e.cfg.Now()) {
+		e.m.rateLimited.WithLabelValues("offer").Inc()
 		return nil, &RejectedError{protocol.ReasonRateLimited, fmt.Sprintf("more than %g offers per second", e.cfg.OffersPerSecond)}
 	}
 	if e.cfg.Admit != nil {
@@ -186,6 +190,7 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 
 func (e *Engine) reject(c *protocol.Conn, remote peer.ID, id protocol.DelegationID, r *RejectedError) {
 	e.log.Info("offer rejected", "peer", remote, "delegation", id, "reason", r.Reason, "detail", r.Detail)
+	e.m.offerRejects.WithLabelValues(r.Reason.String()).Inc()
 	_ = e.send(c, remote, &protocol.DelegationReject{ID: id, Reason: r.Reason, Detail: r.Detail})
 }
 
@@ -216,15 +221,18 @@ func (e *Engine) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if held := e.perPeer[p]; held >= e.cfg.MaxRemotePerPeer {
+		e.m.poolRefusals.WithLabelValues("peer_share").Inc()
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("this peer already holds %d of its %d remote slots", held, e.cfg.MaxRemotePerPeer)}
 	}
 	untrusted := trust < protocol.Verified
 	if untrusted && e.untrusted >= e.cfg.MaxUntrustedRemote {
+		e.m.poolRefusals.WithLabelValues("untrusted_share").Inc()
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("the %d remote slots open to untrusted peers are in use", e.cfg.MaxUntrustedRemote)}
 	}
 	select {
 	case e.slots <- struct{}{}:
 	default:
+		e.m.poolRefusals.WithLabelValues("pool_full").Inc()
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("all %d remote slots in use", cap(e.slots))}
 	}
 	e.perPeer[p]++
@@ -303,7 +311,7 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 	}
 	// Persist before acknowledging: the accept goes out only once the
 	// delegation and its first events are durable, in one write.
-	if err := e.st.CreateDelegation(d, accept, running); err != nil {
+	if err := e.create(d, accept, running); err != nil {
 		e.releaseSlot(remote, trust)
 		t.releaseLease()
 		e.log.Error("store offer", "delegation", o.ID, "err", err)

@@ -108,7 +108,7 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 		ContextID: req.ContextID, Profile: req.Profile, State: protocol.StateOffered,
 		BudgetTokens: req.BudgetTokens, Offer: raw, Deadline: now.Add(req.Timeout + requestGrace),
 	}
-	if err := e.st.CreateDelegation(d); err != nil {
+	if err := e.create(d); err != nil {
 		return protocol.DelegationID{}, err
 	}
 	if err := e.follow(d); err != nil {

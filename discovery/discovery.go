@@ -2,11 +2,6 @@ package discovery
 
 import (
 	"context"
-	"log/slog"
-	"maps"
-	"slices"
-	"sync"
-
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
 )
@@ -42,47 +37,3 @@ func (h Hint) AddrInfo() peer.AddrInfo { return peer.AddrInfo{ID: h.ID, Addrs: h
 // Sink receives hints. It must not block for long: sources call it from
 // their own goroutines.
 type Sink func(context.Context, Hint)
-
-// Counters counts input dropped by the sources, by source and reason
-// ("mdns/bad_txt", "gossip/forged", ...). The zero value is ready to use
-// and safe for concurrent use.
-type Counters struct {
-	mu sync.Mutex
-	m  map[string]uint64
-}
-
-// Drop counts one piece of input dropped by source for reason, and logs it
-// at debug level with args.
-func (c *Counters) Drop(log *slog.Logger, source Source, reason string, args ...any) {
-	key := string(source) + "/" + reason
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[string]uint64{}
-	}
-	c.m[key]++
-	c.mu.Unlock()
-	if log != nil {
-		log.Debug("discovery input dropped", append([]any{"source", source, "reason", reason}, args...)...)
-	}
-}
-
-// Get returns one counter, by its "source/reason" key.
-func (c *Counters) Get(key string) uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[key]
-}
-
-// Snapshot returns a copy of every counter.
-func (c *Counters) Snapshot() map[string]uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.m)
-}
-
-// Keys returns the counter keys in order.
-func (c *Counters) Keys() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Sorted(maps.Keys(c.m))
-}

@@ -52,8 +52,8 @@ type discoverer struct {
 	gate *gater
 	log  *slog.Logger
 
-	counters discovery.Counters
-	dht      *discovery.DHT // nil when off
+	counters *discovery.Counters // the node's, exported at /metrics
+	dht      *discovery.DHT      // nil when off
 	gossip   *discovery.Gossip
 
 	ctx context.Context // Run's; hints after it ends are ignored
@@ -69,14 +69,15 @@ type discoverer struct {
 func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, eng *delegation.Engine, gate *gater) (*discoverer, error) {
 	d := &discoverer{
 		cfg: n.cfg.Discovery, h: h, st: st, eng: eng, gate: gate, log: n.opts.Logger.With("component", "discovery"),
-		ctx:     ctx,
-		sources: map[peer.ID]map[discovery.Source]time.Time{},
-		dialing: map[peer.ID]bool{},
-		addrs:   map[peer.ID][]string{},
-		wrong:   map[peer.ID][]string{},
+		ctx:      ctx,
+		counters: n.metrics.discovery,
+		sources:  map[peer.ID]map[discovery.Source]time.Time{},
+		dialing:  map[peer.ID]bool{},
+		addrs:    map[peer.ID][]string{},
+		wrong:    map[peer.ID][]string{},
 	}
 	if d.cfg.DHT != config.DHTOff {
-		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT, Logger: d.log, Counters: &d.counters})
+		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT, Logger: d.log, Counters: d.counters})
 		if err != nil {
 			return nil, err
 		}
@@ -84,7 +85,7 @@ func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, e
 	}
 	if d.cfg.Gossip {
 		g, err := discovery.NewGossip(ctx, h, discovery.GossipConfig{
-			Logger: d.log, Counters: &d.counters,
+			Logger: d.log, Counters: d.counters,
 			Allowed:  func(p peer.ID) bool { return !gate.denied(p) },
 			OnAdvert: d.advert,
 		})
@@ -109,7 +110,7 @@ func (d *discoverer) run(ctx context.Context, n *Node) {
 		defer d.gossip.Close()
 	}
 	if d.cfg.MDNS {
-		m, err := discovery.StartMDNS(d.h, discovery.MDNSConfig{Logger: d.log, Counters: &d.counters, Profiles: d.profileNames()}, d.hint)
+		m, err := discovery.StartMDNS(d.h, discovery.MDNSConfig{Logger: d.log, Counters: d.counters, Profiles: d.profileNames()}, d.hint)
 		if err != nil {
 			d.log.Warn("mdns off", "err", err)
 		} else {
@@ -117,7 +118,7 @@ func (d *discoverer) run(ctx context.Context, n *Node) {
 		}
 	}
 	if len(d.cfg.DNSSDDomains) > 0 {
-		d.goRun(func() { n.runDNSSD(ctx, d.cfg, d.hint, &d.counters) })
+		d.goRun(func() { n.runDNSSD(ctx, d.cfg, d.hint, d.counters) })
 	}
 	if d.dht != nil {
 		d.goRun(func() { d.bootstrapDHT(ctx) })
@@ -153,6 +154,7 @@ func (d *discoverer) hint(_ context.Context, x discovery.Hint) {
 	if x.ID == d.h.ID() || x.ID == "" {
 		return
 	}
+	d.counters.Hint(x.Source)
 	if d.gate.denied(x.ID) {
 		d.counters.Drop(d.log, x.Source, "denied", "peer", x.ID)
 		return

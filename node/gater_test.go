@@ -19,6 +19,12 @@ import (
 // startWith starts a node on loopback with cfg adjusted by edit.
 func startWith(t *testing.T, edit func(*config.Config)) *Node {
 	t.Helper()
+	return startWithOptions(t, edit, Options{})
+}
+
+// startWithOptions is startWith with node options (in-process handlers).
+func startWithOptions(t *testing.T, edit func(*config.Config), opts Options) *Node {
+	t.Helper()
 	home := filepath.Join(t.TempDir(), "home")
 	if _, err := Init(home, []string{"/ip4/127.0.0.1/tcp/0"}); err != nil {
 		t.Fatal(err)
@@ -31,7 +37,7 @@ func startWith(t *testing.T, edit func(*config.Config)) *Node {
 	if edit != nil {
 		edit(&cfg)
 	}
-	n, err := New(home, cfg, Options{})
+	n, err := New(home, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,9 +62,23 @@ func (h *httpAPI) handler(gw *gateway.Gateway) http.Handler {
 	rest := h.n.apiHandler()
 	mux.Handle(api.Prefix+"/", http.MaxBytesHandler(rest, h.n.cfg.API.MaxBodyBytes))
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI)
+	if h.n.metrics != nil {
+		mux.Handle("GET "+MetricsPath, h.n.metrics.handler())
+	}
+	h.dashboardRoutes(mux)
 	mux.Handle("/", gw.Handler())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.required && !public(r) && !h.authorized(r) {
+		if !safeMethod(r.Method) && h.crossOrigin(r) {
+			writeJSON(w, http.StatusForbidden, api.Error{Error: "refused: a request from a page of another origin"})
+			return
+		}
+		bearer := h.authorized(r)
+		cookie := !bearer && h.session(r)
+		if cookie && !safeMethod(r.Method) && r.URL.Path != DashboardPath+"login" && !h.csrfOK(r) {
+			writeJSON(w, http.StatusForbidden, api.Error{Error: "refused: the dashboard's CSRF token is missing or stale (" + csrfHeader + ")"})
+			return
+		}
+		if h.required && !bearer && !cookie && !public(r) && !publicDashboard(r) {
 			unauthorized(w, r)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
 	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kithmesh/kith/node/config"
 )
@@ -77,6 +79,7 @@ const (
 func (n *Node) natOptions(gate *gater) []libp2p.Option {
 	c := n.cfg.NAT
 	refusals := newRefusalLog(n.log)
+	refusals.counted = n.metrics.peersRefused
 	gate.refused = func(p peer.ID, a network.ConnMultiaddrs) { refusals.log(p, "connection", a.RemoteMultiaddr()) }
 	opts := []libp2p.Option{
 		libp2p.EnableAutoNATv2(),
@@ -93,7 +96,8 @@ func (n *Node) natOptions(gate *gater) []libp2p.Option {
 			libp2p.EnableNATService(),
 			libp2p.EnableRelayService(
 				relayv2.WithResources(relayResources(c, n.cfg.Policy.Mode)),
-				relayv2.WithACL(relayACL{gate, refusals})),
+				relayv2.WithACL(relayACL{gate, refusals}),
+				relayv2.WithMetricsTracer(relayTracer{n.metrics})),
 		)
 		if len(c.Relays) > 0 {
 			n.log.Info("[nat] relays ignored: a relay node is public and reserves no slot elsewhere")
@@ -185,6 +189,7 @@ type refusalLog struct {
 	l       *slog.Logger
 	lim     *rate.Limiter
 	dropped atomic.Uint64
+	counted *prometheus.CounterVec // kith_peers_refused_total, by what
 }
 
 const (
@@ -197,6 +202,9 @@ func newRefusalLog(l *slog.Logger) *refusalLog {
 }
 
 func (r *refusalLog) log(p peer.ID, what string, addr ma.Multiaddr) {
+	if r.counted != nil {
+		r.counted.WithLabelValues(strings.ReplaceAll(what, " ", "_")).Inc()
+	}
 	if !r.lim.Allow() {
 		r.dropped.Add(1)
 		return
@@ -327,6 +335,9 @@ func (s *natState) prune(h host.Host) {
 	}
 }
 
+// punchSteps are the steps' metric labels.
+var punchSteps = map[string]string{"hole punch": "hole_punch", "direct dial": "direct_dial", "hole punch exchange": "exchange"}
+
 // punchTracer hears go-libp2p's hole punching service: it logs every
 // outcome and keeps the last one per peer for "kith status".
 type punchTracer struct{ n *Node }
@@ -349,6 +360,7 @@ func (t punchTracer) Trace(evt *holepunch.Event) {
 		return
 	}
 	hp.at = time.Unix(0, evt.Timestamp)
+	t.n.metrics.punch(punchSteps[what], hp.success)
 	t.n.nat.punched(evt.Remote, hp)
 	hp.err = oneLine(hp.err)
 	if hp.success {

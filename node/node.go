@@ -87,6 +87,8 @@ type Node struct {
 
 	httpLn  net.Listener // [api] listener; nil when off
 	httpAPI *httpAPI
+
+	metrics *nodeMetrics
 }
 
 // New checks the config and returns a node that Run will start. It does
@@ -98,7 +100,9 @@ func New(home string, cfg config.Config, opts Options) (*Node, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Node{home: home, cfg: cfg, opts: opts, log: opts.Logger.With("component", "node"), ready: make(chan struct{})}, nil
+	n := &Node{home: home, cfg: cfg, opts: opts, log: opts.Logger.With("component", "node"), ready: make(chan struct{})}
+	n.metrics = newNodeMetrics(n)
+	return n, nil
 }
 
 // Ready is closed once Run has started everything and the API is serving.
@@ -156,6 +160,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	}
 	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
 		Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
+		Metrics: n.metrics.store,
 	})
 	if err != nil {
 		return err
@@ -208,7 +213,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	eng, err := delegation.New(delegation.Config{
 		Identity: id, Store: st, Dialer: hostDialer{h, fnd}, Finder: fnd, Ledger: ledger,
 		Latency:  h.Peerstore().LatencyEWMA,
-		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger,
+		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger, Registerer: n.metrics.reg,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
 		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
 		OffersPerSecond:     n.cfg.Limits.OffersPerSecond,
@@ -290,6 +295,9 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	g.Go(func() error { disc.run(gctx, n); return nil })
 	g.Go(func() error { n.runNAT(gctx, h, natSub); return nil })
 	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath(), "http", n.HTTPAddr())
+	if a := n.HTTPAddr(); a != "" {
+		n.log.Info("dashboard", "url", DashboardURL(a))
+	}
 	close(n.ready)
 
 	<-gctx.Done()

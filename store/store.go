@@ -37,6 +37,9 @@ type Options struct {
 	// message ID is refused (crypto.ErrReplayCacheFull), never recorded by
 	// evicting a live one; see CheckAndRemember.
 	MaxReplayEntries int
+
+	// Metrics, when set, observe every commit (metrics.go).
+	Metrics *Metrics
 }
 
 // Badger tuning. Badger's defaults (64 MiB memtables ×5, a 256 MiB block
@@ -90,6 +93,8 @@ type Store struct {
 
 	replay replayMem
 	watch  watchers // Watch's subscribers
+
+	metrics *Metrics // nil: not measured
 }
 
 // Open opens, or creates, the store in dir (created with mode 0700 if
@@ -137,7 +142,7 @@ func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, 
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", where, err)
 	}
-	s := &Store{db: db, now: opts.Now, maxValue: maxValue}
+	s := &Store{db: db, now: opts.Now, maxValue: maxValue, metrics: opts.Metrics}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -215,6 +220,7 @@ func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error 
 	unlock := s.locks.lock(lockKeys...)
 	defer unlock()
 
+	defer s.metrics.observeCommit(time.Now())
 	var err error
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
 		err = s.db.Update(fn)

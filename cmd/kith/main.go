@@ -47,7 +47,7 @@ func rootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&homeFlag, "home", "", "node home directory (default $KITH_HOME, else $XDG_DATA_HOME/kith)")
-	root.AddCommand(initCmd(), daemonCmd(), idCmd(), peersCmd(), delegateCmd(), tasksCmd(), demoCmd(), benchCmd(), gpuCmd(), statusCmd(), discoverCmd(), dnssdCmd(), apiCmd(), cardCmd())
+	root.AddCommand(initCmd(), daemonCmd(), idCmd(), peersCmd(), delegateCmd(), tasksCmd(), demoCmd(), benchCmd(), gpuCmd(), statusCmd(), discoverCmd(), dnssdCmd(), apiCmd(), cardCmd(), dashboardCmd())
 	return root
 }
 
