@@ -81,7 +81,11 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 }
 
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
+	return decodeBodyMax(w, r, v, maxAPIBody)
+}
+
+func decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
@@ -155,7 +159,7 @@ func (n *Node) handleProfiles(w http.ResponseWriter, _ *http.Request) {
 
 func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
 	var req api.DelegateRequest
-	if !decodeBody(w, r, &req) {
+	if !decodeBodyMax(w, r, &req, api.MaxDelegateBody) {
 		return
 	}
 	dr := delegation.Request{
@@ -191,8 +195,11 @@ func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
 	id, err := n.Engine().Delegate(ctx, dr)
 	if err != nil {
 		code := http.StatusBadGateway
-		if errors.Is(err, delegation.ErrBadRequest) {
+		switch {
+		case errors.Is(err, delegation.ErrBadRequest):
 			code = http.StatusBadRequest
+		case errors.Is(err, delegation.ErrTooLarge):
+			code = http.StatusRequestEntityTooLarge
 		}
 		writeErr(w, code, err)
 		return

@@ -40,11 +40,14 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		// No HTML escaping: a task's "<" stays one byte, not six.
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(in); err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
+		body = &b
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://kith"+Prefix+path, body)
 	if err != nil {

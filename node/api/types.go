@@ -35,6 +35,14 @@ type AddPeer struct {
 	Addr string `json:"addr"`
 }
 
+// MaxTaskBytes is the largest task text a delegation carries; the daemon
+// may hold less (its store's value cap) and says so with a 413.
+const MaxTaskBytes = protocol.MaxPayload
+
+// MaxDelegateBody caps POST /delegations: a task of MaxTaskBytes whose
+// every byte JSON escapes to six ("\u00XX"), and room for the other fields.
+const MaxDelegateBody = 6*MaxTaskBytes + 1<<20
+
 // DelegateRequest is POST /delegations.
 type DelegateRequest struct {
 	Profile   string `json:"profile"`
