@@ -39,7 +39,7 @@ var apiRoutes = []apiRoute{
 	{"DELETE", "/peers/{id}", "Forget a peer", (*Node).handlePeerChange, nil, api.Peer{}, false},
 	{"GET", "/profiles", "The profiles this node serves", (*Node).handleProfiles, nil, []api.Profile{}, false},
 	{"POST", "/delegations", "Start a delegation", (*Node).handleDelegate, api.DelegateRequest{}, api.DelegateResponse{}, false},
-	{"GET", "/delegations", "Every delegation, oldest first (at most 1000)", (*Node).handleList, nil, []api.Delegation{}, false},
+	{"GET", "/delegations", "Delegations, oldest first: the newest ?limit= (default 1000), ?since= (RFC 3339), ?state= (repeatable); header Kith-Truncated: true when older matches were left out", (*Node).handleList, nil, []api.Delegation{}, false},
 	{"GET", "/delegations/{id}", "One delegation", (*Node).handleGet, nil, api.Delegation{}, false},
 	{"GET", "/delegations/{id}/events", "A delegation's event log, then live events until it is terminal", (*Node).handleEvents, nil, api.Event{}, true},
 	{"POST", "/delegations/{id}/cancel", "Cancel a delegation this node requested", (*Node).handleCancel, nil, struct{}{}, false},
@@ -251,11 +251,31 @@ func (n *Node) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (n *Node) handleList(w http.ResponseWriter, _ *http.Request) {
-	ds, err := n.Store().ListDelegations(store.DelegationFilter{Limit: 1000})
+func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
+	q, err := api.ParseListQuery(r.URL.Query())
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	f := store.DelegationFilter{Limit: q.Limit + 1, Since: q.Since}
+	for _, s := range q.States {
+		var st protocol.State
+		if err := st.UnmarshalText([]byte(s)); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("state %q: not a delegation state", s))
+			return
+		}
+		f.States = append(f.States, st)
+	}
+	ds, err := n.Store().ListDelegations(f)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
+	}
+	// One more than the limit was asked for: its presence says that older
+	// matches were left out.
+	if len(ds) > q.Limit {
+		ds = ds[len(ds)-q.Limit:]
+		w.Header().Set(api.TruncatedHeader, "true")
 	}
 	out := []api.Delegation{}
 	for _, d := range ds {

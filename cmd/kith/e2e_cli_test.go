@@ -3,10 +3,17 @@ package main
 // End-to-end tests of the CLI's inputs, outputs and messages (issue 16).
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kithmesh/kith/node/api"
 )
 
 // TestE2EDelegateInputs: the task comes from stdin ("-" or a pipe with no
@@ -81,5 +88,101 @@ func TestE2EDelegateInputs(t *testing.T) {
 				t.Errorf("want a non-zero exit, %q on stderr and no delegation started; %v", c.want, r)
 			}
 		})
+	}
+}
+
+// TestE2EScriptable: every listing prints JSON with --json; tasks ls pages
+// with --limit, --since and --state and says on stderr when it left
+// matches out; an unknown subcommand exits non-zero; errors carry no
+// package prefixes.
+func TestE2EScriptable(t *testing.T) {
+	a, b := pair(t, "")
+	var ids []string
+	for i := range 3 {
+		r := a.kith("delegate", "--profile", "echo", fmt.Sprintf("task %d", i))
+		r.mustSucceed(t)
+		ids = append(ids, delegationID(t, r))
+	}
+
+	decode := func(r result, v any) {
+		t.Helper()
+		r.mustSucceed(t)
+		if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+			t.Fatalf("not JSON: %v; %v", err, r)
+		}
+	}
+	var ds []api.Delegation
+	r := a.kith("tasks", "ls", "--json")
+	decode(r, &ds)
+	if len(ds) != 3 || ds[0].ID != ids[0] || ds[2].ID != ids[2] || r.stderr != "" {
+		t.Errorf("tasks ls --json: %d delegations, want the 3 made, oldest first, and nothing on stderr; %v", len(ds), r)
+	}
+	r = a.kith("tasks", "ls", "--json", "--limit", "2")
+	decode(r, &ds)
+	if len(ds) != 2 || ds[0].ID != ids[1] || ds[1].ID != ids[2] || !strings.Contains(r.stderr, "truncated: the newest 2 shown") {
+		t.Errorf("tasks ls --limit 2: want the newest 2 and a truncation note on stderr; %v", r)
+	}
+	r = a.kith("tasks", "ls", "--json", "--limit", "3", "--state", "completed,failed", "--since", "1h")
+	decode(r, &ds)
+	if len(ds) != 3 || r.stderr != "" {
+		t.Errorf("tasks ls --limit 3 --state completed,failed --since 1h: want all 3 and no note; %v", r)
+	}
+	r = a.kith("tasks", "ls", "--json", "--state", "failed")
+	decode(r, &ds)
+	if len(ds) != 0 {
+		t.Errorf("tasks ls --state failed: want none; %v", r)
+	}
+	r = a.kith("tasks", "ls", "--since", time.Now().Add(time.Hour).Format(time.RFC3339))
+	if r.code != 0 || strings.Contains(r.stdout, ids[0]) {
+		t.Errorf("tasks ls --since a future time: want an empty table; %v", r)
+	}
+
+	var peers []api.Peer
+	decode(a.kith("peers", "ls", "--json"), &peers)
+	if len(peers) != 1 || peers[0].ID != b.id || !peers[0].Connected {
+		t.Errorf("peers ls --json: %+v; want b, connected", peers)
+	}
+	a.kith("peers", "trust", b.id, "trusted").mustSucceed(t)
+	var audit []api.AuditEntry
+	decode(a.kith("peers", "log", "--json"), &audit)
+	if len(audit) == 0 || audit[len(audit)-1].Peer != b.id || audit[len(audit)-1].To != "trusted" {
+		t.Errorf("peers log --json: %+v; want the last entry to raise b to trusted", audit)
+	}
+	var info api.NodeInfo
+	decode(a.kith("id", "--json"), &info)
+	if info.PeerID != a.id || len(info.Addrs) == 0 {
+		t.Errorf("id --json: %+v; want a's peer ID and addresses", info)
+	}
+	var g api.GPU
+	decode(a.kith("gpu", "--json"), &g)
+	if g.NoGPU == "" && g.Inventory == "" {
+		t.Errorf("gpu --json: %+v; want an inventory or the reason there is none", g)
+	}
+	var d api.Discovery
+	decode(a.kith("discover", "--json"), &d)
+	if !slices.ContainsFunc(d.Peers, func(p api.DiscoveredPeer) bool { return p.ID == b.id }) {
+		t.Errorf("discover --json: %+v; want b among the peers", d)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `unknown command "bogus" for "kith"`},
+		{[]string{"peers", "bogus"}, `unknown command "bogus" for "kith peers"`},
+		{[]string{"tasks", "lss"}, `unknown command "lss" for "kith tasks"`},
+		{[]string{"tasks", "ls", "--state", "done"}, `state "done": not a delegation state`},
+		{[]string{"tasks", "ls", "--limit", "-1"}, `limit "-1": want 1 to`},
+		{[]string{"tasks", "ls", "--since", "yesterday"}, `--since "yesterday": want a duration`},
+		{[]string{"tasks", "show", "nothex"}, "kith: "},
+		{[]string{"peers", "trust", b.id, "bogus"}, `trust level "bogus": want untrusted, verified or trusted`},
+	} {
+		r := a.kith(c.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("want a non-zero exit and %q on stderr; %v", c.want, r)
+		}
+		if m := regexp.MustCompile(`\b(protocol|store|delegation|node|crypto|discovery): `).FindString(r.stderr); m != "" {
+			t.Errorf("error names an internal package (%q); %v", m, r)
+		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 )
 
 func gpuCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "gpu",
 		Short: "Show the GPU inventory and the VRAM leases held (exits 0 on a machine without a GPU)",
 		Args:  cobra.NoArgs,
@@ -36,6 +37,9 @@ func gpuCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, g)
+			}
 			if g.NoGPU != "" {
 				fmt.Fprintf(out, "no NVIDIA GPU (%s)\n", g.NoGPU)
 				fmt.Fprintln(out, "profiles that set vram_mib are refused; set [gpu] declared_vram_mib to declare VRAM by hand")
@@ -58,4 +62,6 @@ func gpuCmd() *cobra.Command {
 			return w.Flush()
 		},
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }

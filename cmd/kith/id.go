@@ -9,7 +9,8 @@ import (
 )
 
 func idCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "id",
 		Short: "Print the peer ID, then one full multiaddr per line",
 		Args:  cobra.NoArgs,
@@ -18,6 +19,9 @@ func idCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), info)
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), info.PeerID)
 			for _, a := range info.Addrs {
 				fmt.Fprintln(cmd.OutOrStdout(), a)
@@ -25,4 +29,6 @@ func idCmd() *cobra.Command {
 			return nil
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }

@@ -19,7 +19,8 @@ import (
 
 func peersCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "peers", Short: "List and manage peers"}
-	cmd.AddCommand(&cobra.Command{
+	var lsJSON, logJSON bool
+	add := &cobra.Command{
 		Use:   "add MULTIADDR",
 		Short: "Add a static peer (a full multiaddr ending in /p2p/<peer id>)",
 		Args:  cobra.ExactArgs(1),
@@ -35,7 +36,8 @@ func peersCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s added (%s)\n", p.ID, state)
 			return nil
 		}),
-	}, &cobra.Command{
+	}
+	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List known peers",
 		Args:  cobra.NoArgs,
@@ -43,6 +45,9 @@ func peersCmd() *cobra.Command {
 			peers, err := c.Peers(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if lsJSON {
+				return printJSON(cmd.OutOrStdout(), peers)
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PEER\tCONNECTED\tTRUST\tACCESS\tSOURCES\tLAST SEEN\tADDRS")
@@ -56,8 +61,42 @@ func peersCmd() *cobra.Command {
 			}
 			return w.Flush()
 		}),
-	})
-	cmd.AddCommand(
+	}
+	jsonFlag(ls, &lsJSON)
+	log := &cobra.Command{
+		Use:   "log",
+		Short: "Show the audit log of trust and allow/deny changes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, home, err := client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			entries, err := c.Audit(cmd.Context())
+			if errors.Is(err, api.ErrDaemonNotRunning) {
+				cfg, cerr := node.LoadConfig(home)
+				if cerr != nil {
+					return cerr
+				}
+				entries, err = node.AuditOffline(home, cfg, 1000)
+			}
+			if err != nil {
+				return err
+			}
+			if logJSON {
+				return printJSON(cmd.OutOrStdout(), entries)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "SEQ\tTIME\tPEER\tCHANGE\tFROM\tTO\tORIGIN")
+			for _, e := range entries {
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Format(time.RFC3339), e.Peer, e.Action, e.From, e.To, e.Origin)
+			}
+			return w.Flush()
+		},
+	}
+	jsonFlag(log, &logJSON)
+	cmd.AddCommand(add, ls, log,
 		peerChangeCmd("allow ID", "Allow a peer (in allowlist mode, only allowed peers may connect)", 1,
 			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: "allow"}, nil }),
 		peerChangeCmd("deny ID", "Deny a peer: refused on dial and accept, its live connections closed", 1,
@@ -65,41 +104,12 @@ func peersCmd() *cobra.Command {
 		peerChangeCmd("trust ID LEVEL", "Set a peer's trust level: untrusted, verified or trusted", 2,
 			func(args []string) (api.PeerChange, error) {
 				if _, err := protocol.ParseTrustLevel(args[1]); err != nil {
-					return api.PeerChange{}, err
+					return api.PeerChange{}, fmt.Errorf("trust level %q: want untrusted, verified or trusted", args[1])
 				}
 				return api.PeerChange{Trust: args[1]}, nil
 			}),
 		peerChangeCmd("rm ID", "Forget a peer, its trust and allow/deny included", 1,
 			func(args []string) (api.PeerChange, error) { return api.PeerChange{Remove: true}, nil }),
-		&cobra.Command{
-			Use:   "log",
-			Short: "Show the audit log of trust and allow/deny changes",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, home, err := client()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				entries, err := c.Audit(cmd.Context())
-				if errors.Is(err, api.ErrDaemonNotRunning) {
-					cfg, cerr := node.LoadConfig(home)
-					if cerr != nil {
-						return cerr
-					}
-					entries, err = node.AuditOffline(home, cfg, 1000)
-				}
-				if err != nil {
-					return err
-				}
-				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "SEQ\tTIME\tPEER\tCHANGE\tFROM\tTO\tORIGIN")
-				for _, e := range entries {
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Format(time.RFC3339), e.Peer, e.Action, e.From, e.To, e.Origin)
-				}
-				return w.Flush()
-			},
-		},
 	)
 	return cmd
 }
