@@ -130,7 +130,11 @@ func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	if _, err := n.Store().RaiseTrust(ai.ID, NamedPeerTrust, "peers add"); err != nil {
+	origin := req.Origin
+	if origin == "" {
+		origin = "api"
+	}
+	if _, err := n.Store().RaiseTrust(ai.ID, NamedPeerTrust, origin); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
@@ -170,6 +174,10 @@ func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
 		p, err := peer.Decode(req.Peer)
 		if err != nil {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("peer %q: %w", req.Peer, err))
+			return
+		}
+		if err := n.reachable(p); err != nil {
+			writeErr(w, http.StatusForbidden, err)
 			return
 		}
 		dr.Peer = p

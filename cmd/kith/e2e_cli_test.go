@@ -186,3 +186,88 @@ func TestE2EScriptable(t *testing.T) {
 		}
 	}
 }
+
+// TestE2ESayWhatHappened: a delegation to a denied peer says so and
+// starts nothing; tasks verify on the provider says where proofs are
+// verified; peers rm of a denied peer says it lifts the deny; the audit
+// log names the CLI as the origin of every change made through it.
+func TestE2ESayWhatHappened(t *testing.T) {
+	a, b := pair(t, "")
+	r := a.kith("delegate", "--profile", "echo", "--peer", b.id, "hi")
+	r.mustSucceed(t)
+	id := delegationID(t, r)
+
+	r = b.kith("tasks", "verify", id)
+	if r.code == 0 || !strings.Contains(r.stderr, "proofs are verified by the requester") || !strings.Contains(r.stderr, a.id) {
+		t.Errorf("tasks verify on the provider: want a non-zero exit naming the requester who verifies; %v", r)
+	}
+
+	a.kith("peers", "deny", b.id).mustSucceed(t)
+	r = a.kith("delegate", "--profile", "echo", "--peer", b.id, "hi")
+	if r.code == 0 || !strings.Contains(r.stderr, b.id+" is denied") || delegationLine.MatchString(r.stderr) {
+		t.Errorf("delegate to a denied peer: want a non-zero exit, \"is denied\" and no delegation started; %v", r)
+	}
+
+	r = a.kith("peers", "rm", b.id)
+	r.mustSucceed(t)
+	if !strings.Contains(r.stdout, "was denied: forgetting it lifted the deny") {
+		t.Errorf("peers rm of a denied peer should say it lifts the deny; %v", r)
+	}
+	var audit []api.AuditEntry
+	r = a.kith("peers", "log", "--json")
+	r.mustSucceed(t)
+	if err := json.Unmarshal([]byte(r.stdout), &audit); err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, e := range audit {
+		actions = append(actions, e.Action)
+		if e.Origin != "cli" {
+			t.Errorf("audit entry %+v: origin %q, want cli (every change came from the CLI)", e, e.Origin)
+		}
+	}
+	if !slices.Equal(actions, []string{"trust", "access", "delete"}) {
+		t.Errorf("audit actions %q, want peers add's trust, the deny, the delete", actions)
+	}
+}
+
+// TestE2EReadmeRelayRecipe: the README's relay recipe as written: "kith id"
+// right after "kith init" prints the peer ID before any daemon runs, and
+// the relay's and the home nodes' config blocks pass "kith daemon --check".
+func TestE2EReadmeRelayRecipe(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Across the internet")
+	if !ok {
+		t.Fatal("README has no \"Across the internet\" section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	if !strings.Contains(section, "./kith init ") || !strings.Contains(section, "./kith id | head -1") {
+		t.Fatalf("the recipe no longer runs kith init then kith id:\n%s", section)
+	}
+	home := filepath.Join(testDir(t), "relay")
+	r := runKith(t, "--home", home, "init")
+	r.mustSucceed(t)
+	relayID := strings.TrimSpace(r.stdout)
+	r = runKith(t, "--home", home, "id")
+	r.mustSucceed(t)
+	if first, _, _ := strings.Cut(r.stdout, "\n"); first != relayID {
+		t.Errorf("kith id before the daemon runs: first line %q, want the peer ID %q that init printed; %v", first, relayID, r)
+	}
+
+	blocks := regexp.MustCompile("(?s)```toml\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) < 2 {
+		t.Fatalf("want the relay's and a home node's toml blocks, found %d", len(blocks))
+	}
+	for i, b := range blocks {
+		file := filepath.Join(home, "config.toml")
+		if err := os.WriteFile(file, []byte(strings.ReplaceAll(b[1], "RELAY_ID", relayID)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if r := runKith(t, "--home", home, "daemon", "--check"); r.code != 0 || r.stdout != "config ok\n" {
+			t.Errorf("README toml block %d fails the check:\n%s\n%v", i, b[1], r)
+		}
+	}
+}

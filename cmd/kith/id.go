@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kithmesh/kith/node"
 	"github.com/kithmesh/kith/node/api"
 )
 
@@ -12,10 +14,25 @@ func idCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "id",
-		Short: "Print the peer ID, then one full multiaddr per line",
+		Short: "Print the peer ID, then one full multiaddr per line (the ID alone while no daemon runs)",
 		Args:  cobra.NoArgs,
-		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, home, err := client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
 			info, err := c.Node(cmd.Context())
+			if errors.Is(err, api.ErrDaemonNotRunning) {
+				// The peer ID is the key's; the addresses are the running
+				// daemon's, so there are none to print.
+				p, ierr := node.PeerIDOffline(home)
+				if ierr != nil {
+					return ierr
+				}
+				info, err = api.NodeInfo{PeerID: p.String(), Addrs: []string{}}, nil
+				fmt.Fprintln(cmd.ErrOrStderr(), "daemon not running: the peer ID alone; addresses appear once \"kith daemon\" runs")
+			}
 			if err != nil {
 				return err
 			}
@@ -27,7 +44,7 @@ func idCmd() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), a)
 			}
 			return nil
-		}),
+		},
 	}
 	jsonFlag(cmd, &asJSON)
 	return cmd

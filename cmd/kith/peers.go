@@ -25,7 +25,7 @@ func peersCmd() *cobra.Command {
 		Short: "Add a static peer (a full multiaddr ending in /p2p/<peer id>)",
 		Args:  cobra.ExactArgs(1),
 		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
-			p, err := c.AddPeer(cmd.Context(), args[0])
+			p, err := c.AddPeer(cmd.Context(), args[0], "cli")
 			if err != nil {
 				return err
 			}
@@ -108,7 +108,7 @@ func peersCmd() *cobra.Command {
 				}
 				return api.PeerChange{Trust: args[1]}, nil
 			}),
-		peerChangeCmd("rm ID", "Forget a peer, its trust and allow/deny included", 1,
+		peerChangeCmd("rm ID", "Forget a peer, its trust and allow/deny included: rm lifts a deny", 1,
 			func(args []string) (api.PeerChange, error) { return api.PeerChange{Remove: true}, nil }),
 	)
 	return cmd
@@ -148,9 +148,31 @@ func peerChangeCmd(use, short string, nargs int, change func(args []string) (api
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%s)\n", p, strings.Fields(use)[0], where)
+			if ch.Remove && wasDenied(cmd, c, home, p) {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s was denied: forgetting it lifted the deny; it may connect again unless policy.mode is allowlist (\"kith peers deny %s\" refuses it again)\n", p, p)
+			}
 			return nil
 		},
 	}
+}
+
+// wasDenied reads the audit entry that removing p just wrote: it records
+// the access p had.
+func wasDenied(cmd *cobra.Command, c *api.Client, home string, p peer.ID) bool {
+	entries, err := c.Audit(cmd.Context())
+	if errors.Is(err, api.ErrDaemonNotRunning) {
+		cfg, cerr := node.LoadConfig(home)
+		if cerr != nil {
+			return false
+		}
+		entries, err = node.AuditOffline(home, cfg, 1000)
+	}
+	for i := len(entries) - 1; err == nil && i >= 0; i-- {
+		if e := entries[i]; e.Peer == p.String() {
+			return e.Action == "delete" && strings.Contains(e.From, "access=deny")
+		}
+	}
+	return false
 }
 
 func offlineChange(home string, p peer.ID, ch api.PeerChange) error {

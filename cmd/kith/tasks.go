@@ -54,7 +54,16 @@ func tasksCmd() *cobra.Command {
 		Use:   "verify ID",
 		Short: "Re-check the stored result proof of a delegation",
 		Args:  cobra.ExactArgs(1),
+		Long: "Re-check the result proof the provider signed, on the node that requested the\n" +
+			"delegation: it holds the signed result. A provider keeps no proof to check.",
 		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
+			d, err := c.Delegation(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if d.Role == "provider" {
+				return fmt.Errorf("this node served %s as its provider: it signed the result proof it sent, and proofs are verified by the requester (run \"kith tasks verify %s\" on %s)", d.ID, d.ID, d.Peer)
+			}
 			p, err := c.Verify(cmd.Context(), args[0])
 			if err != nil {
 				return err

@@ -102,9 +102,9 @@ func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
 }
 
 // AddPeer adds a static peer by full multiaddr.
-func (c *Client) AddPeer(ctx context.Context, addr string) (Peer, error) {
+func (c *Client) AddPeer(ctx context.Context, addr, origin string) (Peer, error) {
 	var p Peer
-	return p, c.do(ctx, http.MethodPost, "/peers", AddPeer{Addr: addr}, &p)
+	return p, c.do(ctx, http.MethodPost, "/peers", AddPeer{Addr: addr, Origin: origin}, &p)
 }
 
 // Delegate starts a delegation.
@@ -194,9 +194,7 @@ func (c *Client) Events(ctx context.Context, id string, fn func(Event)) error {
 
 // ChangePeer sets a peer's trust or access, or forgets it.
 func (c *Client) ChangePeer(ctx context.Context, id string, ch PeerChange) error {
-	if ch.Remove {
-		return c.do(ctx, http.MethodDelete, "/peers/"+url.PathEscape(id), nil, nil)
-	}
+	// POST for a removal too: DELETE has no body to carry the origin.
 	return c.do(ctx, http.MethodPost, "/peers/"+url.PathEscape(id), ch, nil)
 }
 

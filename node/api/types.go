@@ -35,7 +35,8 @@ type Peer struct {
 
 // AddPeer is POST /peers.
 type AddPeer struct {
-	Addr string `json:"addr"`
+	Addr   string `json:"addr"`
+	Origin string `json:"origin,omitempty"` // for the audit log; default "api"
 }
 
 // MaxTaskBytes is the largest task text a delegation carries; the daemon
