@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,9 @@ func listen(h host.Host, addrs []string) error {
 // Options are what a caller adds to the config file.
 type Options struct {
 	Logger *slog.Logger
+	// StoreLogger receives the database's own log (badger); nil: Logger.
+	// The daemon gives it its own level (store.db_log_level).
+	StoreLogger *slog.Logger
 	// Trace sees every delegation message crossing the wire (kith demo).
 	Trace delegation.Trace
 	// Handlers are in-process Go handlers, registered as local profiles.
@@ -155,7 +159,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return err
 	}
 	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
-		Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
+		Logger: cmp.Or(n.opts.StoreLogger, n.opts.Logger), NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
 	})
 	if err != nil {
 		return err
@@ -521,9 +525,6 @@ func (n *Node) maintain(ctx context.Context, st *store.Store) {
 		}
 	}
 }
-
-// Version is the kith version string.
-const Version = "0.1.0"
 
 // untrustedSlots maps untrusted_remote_slots to the engine's setting, where
 // 0 means the default and a negative count means none.

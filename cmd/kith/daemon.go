@@ -40,6 +40,7 @@ func initCmd() *cobra.Command {
 func daemonCmd() *cobra.Command {
 	var listen []string
 	var check bool
+	var logLevel, logFormat string
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the node in the foreground (initializing the home first if it is new)",
@@ -68,6 +69,13 @@ func daemonCmd() *cobra.Command {
 			if len(listen) > 0 {
 				cfg.Listen = listen
 			}
+			// Flags over the file; Validate checks them with it.
+			if logLevel != "" {
+				cfg.LogLevel = logLevel
+			}
+			if logFormat != "" {
+				cfg.LogFormat = logFormat
+			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
@@ -75,8 +83,10 @@ func daemonCmd() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), "config ok")
 				return nil
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.SlogLevel()}))
-			n, err := node.New(home, cfg, node.Options{Logger: logger})
+			logger := newLogger(cfg.LogFormat, cfg.SlogLevel())
+			storeLogger := newLogger(cfg.LogFormat, config.ParseLogLevel(cfg.Store.DBLogLevel))
+			logger.Info("kith starting", "version", node.Version)
+			n, err := node.New(home, cfg, node.Options{Logger: logger, StoreLogger: storeLogger})
 			if err != nil {
 				return err
 			}
@@ -85,5 +95,16 @@ func daemonCmd() *cobra.Command {
 	}
 	cmd.Flags().StringArrayVar(&listen, "listen", nil, "listen multiaddr, replacing the config's (repeatable)")
 	cmd.Flags().BoolVar(&check, "check", false, "validate the config and exit")
+	cmd.Flags().StringVar(&logLevel, "log-level", "", "lowest level logged: debug, info, warn or error (default: the config's log_level)")
+	cmd.Flags().StringVar(&logFormat, "log-format", "", "log format: text or json (default: the config's log_format)")
 	return cmd
+}
+
+// newLogger writes records at level and above to stderr in format.
+func newLogger(format string, level slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == config.LogFormatJSON {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }

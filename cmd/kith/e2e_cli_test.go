@@ -271,3 +271,75 @@ func TestE2EReadmeRelayRecipe(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EVersionAndLogs: kith version and kith --version print the
+// build's version, the daemon reports it in kith status and to peers (the
+// user agent), and --log-level and --log-format override the config.
+func TestE2EVersionAndLogs(t *testing.T) {
+	r := runKith(t, "version")
+	r.mustSucceed(t)
+	first, _, _ := strings.Cut(r.stdout, "\n")
+	version, ok := strings.CutPrefix(first, "kith ")
+	if !ok || version == "" || !strings.Contains(r.stdout, "\ngo      go1.") {
+		t.Fatalf("kith version: want \"kith <version>\" and the Go version; %v", r)
+	}
+	if v := runKith(t, "--version"); v.code != 0 || v.stdout != r.stdout {
+		t.Errorf("kith --version should print what kith version prints; %v", v)
+	}
+
+	dir := testDir(t)
+	a := newNode(t, dir, "a", "")
+	b := newNode(t, dir, "b", "")
+	a.start("--log-format", "json", "--log-level", "debug")
+	b.start("--log-level", "warn")
+	a.kith("peers", "add", b.addr("/tcp/")).mustSucceed(t)
+
+	var st api.Status
+	r = a.kith("status", "--json")
+	r.mustSucceed(t)
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != version {
+		t.Errorf("status version %q, want %q", st.Version, version)
+	}
+	for _, p := range st.Peers {
+		if p.ID == b.id && p.Agent != "kith/"+version {
+			t.Errorf("a sees b's user agent %q, want kith/%s", p.Agent, version)
+		}
+	}
+	if r := a.kith("status"); !strings.Contains(r.stdout, "version") || !strings.Contains(r.stdout, version) {
+		t.Errorf("kith status lacks the version line; %v", r)
+	}
+
+	// a logs JSON at debug level; its first record says which version.
+	logs, err := os.ReadFile(a.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var startSeen bool
+	for _, l := range strings.Split(strings.TrimSpace(string(logs)), "\n") {
+		var rec map[string]any
+		if !strings.HasPrefix(l, "{") {
+			continue // the harness's own header lines
+		}
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("--log-format json: a line is not JSON: %q", l)
+		}
+		startSeen = startSeen || rec["msg"] == "kith starting" && rec["version"] == version
+		if rec["msg"] == "badger" {
+			t.Errorf("badger's chatter logged at the node's debug level (store.db_log_level is warn): %q", l)
+		}
+	}
+	if !startSeen {
+		t.Errorf("--log-format json: want JSON records, and \"kith starting\" with the version:\n%s", logs)
+	}
+	if logs, _ := os.ReadFile(b.log); strings.Contains(string(logs), "level=INFO") {
+		t.Errorf("b runs with --log-level warn over the config's info, yet logged at info:\n%s", logs)
+	}
+
+	r = a.kith("daemon", "--check", "--log-format", "yaml")
+	if r.code == 0 || !strings.Contains(r.stderr, `log_format: "yaml" is not a format`) {
+		t.Errorf("--log-format yaml: want a non-zero exit naming the key; %v", r)
+	}
+}

@@ -14,9 +14,12 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/kithmesh/kith/node"
 )
 
 // exitError carries a process exit code through cobra.
@@ -82,8 +85,16 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version: cobra's flag, printing what "kith version" prints.
+	root.Version = node.Version
+	root.SetVersionTemplate("{{printVersion}}")
+	cobra.AddTemplateFunc("printVersion", func() string {
+		var b strings.Builder
+		printVersion(&b)
+		return b.String()
+	})
 	root.PersistentFlags().StringVar(&homeFlag, "home", "", "node home directory (default $KITH_HOME, else $XDG_DATA_HOME/kith)")
-	root.AddCommand(initCmd(), daemonCmd(), idCmd(), peersCmd(), delegateCmd(), tasksCmd(), demoCmd(), benchCmd(), gpuCmd(), statusCmd(), discoverCmd(), dnssdCmd(), apiCmd(), cardCmd())
+	root.AddCommand(initCmd(), daemonCmd(), idCmd(), peersCmd(), delegateCmd(), tasksCmd(), demoCmd(), benchCmd(), gpuCmd(), statusCmd(), discoverCmd(), dnssdCmd(), apiCmd(), cardCmd(), versionCmd())
 	groupsFailOnUnknown(root)
 	return root
 }
