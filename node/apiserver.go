@@ -66,6 +66,7 @@ func (n *Node) socketHandler() http.Handler {
 	mux.Handle(api.Prefix+"/", n.apiHandler())
 	mux.HandleFunc("GET "+api.Prefix+"/api-token", n.handleToken)
 	mux.HandleFunc("POST "+api.Prefix+"/api-token", n.handleToken)
+	mux.HandleFunc("POST "+api.Prefix+"/reload", n.handleReload)
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI)
 	return mux
 }

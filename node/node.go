@@ -58,6 +58,12 @@ func listen(h host.Host, addrs []string) error {
 // Options are what a caller adds to the config file.
 type Options struct {
 	Logger *slog.Logger
+	// LogLevel, when set, is the level of Logger's handler: a reload sets
+	// it to the file's log_level.
+	LogLevel *slog.LevelVar
+	// Override applies the daemon's command-line flags over the file on a
+	// reload, as they were applied at start.
+	Override func(*config.Config)
 	// StoreLogger receives the database's own log (badger); nil: Logger.
 	// The daemon gives it its own level (store.db_log_level).
 	StoreLogger *slog.Logger
@@ -72,7 +78,10 @@ type Node struct {
 	home string
 	cfg  config.Config
 	opts Options
-	log  *slog.Logger
+
+	reloadMu sync.Mutex     // one Reload at a time
+	live     *config.Config // the config as reloads applied it; nil: cfg
+	log      *slog.Logger
 
 	ready chan struct{}
 	mu    sync.Mutex

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -341,5 +342,75 @@ func TestE2EVersionAndLogs(t *testing.T) {
 	r = a.kith("daemon", "--check", "--log-format", "yaml")
 	if r.code == 0 || !strings.Contains(r.stderr, `log_format: "yaml" is not a format`) {
 		t.Errorf("--log-format yaml: want a non-zero exit naming the key; %v", r)
+	}
+}
+
+// TestE2EReload: kith reload and SIGHUP re-read the config: a new profile
+// serves at once, a changed listen address is reported as needing a
+// restart, and an invalid file changes nothing.
+func TestE2EReload(t *testing.T) {
+	dir := testDir(t)
+	a := newNode(t, dir, "a", "")
+	a.start()
+	path := filepath.Join(a.home, "config.toml")
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := a.kith("reload"); r.code != 0 || r.stdout != "config unchanged\n" {
+		t.Errorf("reload of an unchanged file; %v", r)
+	}
+
+	extra := "\n[[profiles]]\nname = \"second\"\nexecutor = \"echo\"\n"
+	changed := strings.Replace(string(orig), "/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/tcp/1", 1) + extra
+	if changed == string(orig)+extra {
+		t.Fatalf("setup: no tcp listen address to change in\n%s", orig)
+	}
+	if err := os.WriteFile(path, []byte(changed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := a.kith("reload")
+	r.mustSucceed(t)
+	if !strings.Contains(r.stdout, "applied: profiles\n") || !strings.Contains(r.stdout, "need a restart: listen\n") {
+		t.Errorf("reload: want profiles applied and listen needing a restart; %v", r)
+	}
+	r = a.kith("delegate", "--profile", "second", "live")
+	if r.code != 0 || r.stdout != "live\n" {
+		t.Errorf("the reloaded profile does not serve; %v", r)
+	}
+
+	if err := os.WriteFile(path, []byte(changed+"\nlog_level = \"loud\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = a.kith("reload")
+	if r.code == 0 || !strings.Contains(r.stderr, "log_level") {
+		t.Errorf("reload of an invalid file: want a non-zero exit naming the key; %v", r)
+	}
+
+	// SIGHUP does what kith reload does: drop the profile again.
+	if err := os.WriteFile(path, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(stateWait)
+	for {
+		var info api.NodeInfo
+		r := a.kith("id", "--json")
+		r.mustSucceed(t)
+		if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(info.Profiles, "second") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after SIGHUP the profile \"second\" is still served: %v", info.Profiles)
+		}
+		time.Sleep(pollEvery)
+	}
+	if logs, _ := os.ReadFile(a.log); !strings.Contains(string(logs), "config reloaded") {
+		t.Errorf("the daemon's log does not record the reloads:\n%s", logs)
 	}
 }

@@ -220,3 +220,9 @@ func (c *Client) Token(ctx context.Context, rotate bool) (Token, error) {
 	}
 	return t, c.do(ctx, method, "/api-token", nil, &t)
 }
+
+// Reload has the daemon re-read its config file.
+func (c *Client) Reload(ctx context.Context) (Reload, error) {
+	var r Reload
+	return r, c.do(ctx, http.MethodPost, "/reload", nil, &r)
+}

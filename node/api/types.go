@@ -251,3 +251,10 @@ type DelegationEvent struct {
 	State    string    `json:"state"`
 	Terminal bool      `json:"terminal"`
 }
+
+// Reload is POST /reload (unix socket only): the changed config keys now
+// in effect, and those that need a restart.
+type Reload struct {
+	Applied     []string `json:"applied"`
+	NeedRestart []string `json:"need_restart"`
+}
