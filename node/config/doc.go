@@ -17,4 +17,6 @@
 //
 // Every problem is a *KeyError; errors.Is tells ErrUnknownKey, ErrSyntax and
 // ErrInvalid apart.
+//go:generate go test -run ^TestConfigReference$ -args -update-docs
+
 package config
