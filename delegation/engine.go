@@ -175,7 +175,7 @@ type Engine struct {
 
 	mu         sync.Mutex
 	profiles   map[string]*Profile
-	handlers   map[string]bool // profiles added by Register, kept by SetProfiles
+	handlers   map[string]bool                 // profiles added by Register, kept by SetProfiles
 	running    map[protocol.DelegationID]*task // provider side (remote and local)
 	outgoing   map[protocol.DelegationID]*outgoing
 	subs       map[subKey]map[chan store.Event]struct{}
