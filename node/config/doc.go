@@ -17,6 +17,7 @@
 //
 // Every problem is a *KeyError; errors.Is tells ErrUnknownKey, ErrSyntax and
 // ErrInvalid apart.
-//go:generate go test -run ^TestConfigReference$ -args -update-docs
-
 package config
+
+// The reference of every key, docs/config.md, comes from the types here.
+//go:generate go test -run ^TestConfigReference$ -args -update-docs
