@@ -152,14 +152,14 @@ func (n *Node) handlePeerChange(w http.ResponseWriter, r *http.Request) {
 	case req.Trust != "":
 		t, err := protocol.ParseTrustLevel(req.Trust)
 		if err != nil {
-			writeErr(w, http.StatusBadRequest, err)
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("trust level %q: want untrusted, verified or trusted", req.Trust))
 			return
 		}
 		c.Trust = &t
 	case req.Access != "":
 		a, err := store.ParseAccess(req.Access)
 		if err != nil {
-			writeErr(w, http.StatusBadRequest, err)
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("access %q: want none, allow or deny", req.Access))
 			return
 		}
 		c.Access = &a

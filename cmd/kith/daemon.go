@@ -5,13 +5,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/node"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
@@ -54,7 +52,7 @@ func daemonCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !check && !crypto.IdentityExists(filepath.Join(home, node.IdentityFile)) {
+			if !check && !node.IdentityExists(home) {
 				// A fresh machine needs one command to run a node.
 				initListen := listen
 				if _, err := os.Stat(node.ConfigPath(home)); err == nil {

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/kithmesh/kith/node"
-	"github.com/kithmesh/kith/node/api"
 )
 
 func idCmd() *cobra.Command {
@@ -16,25 +12,15 @@ func idCmd() *cobra.Command {
 		Use:   "id",
 		Short: "Print the peer ID, then one full multiaddr per line (the ID alone while no daemon runs)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, home, err := client()
+		RunE: withFallback(func(cmd *cobra.Command, _ []string, d daemonAPI, offline bool) error {
+			info, err := d.Node(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			info, err := c.Node(cmd.Context())
-			if errors.Is(err, api.ErrDaemonNotRunning) {
+			if offline {
 				// The peer ID is the key's; the addresses are the running
 				// daemon's, so there are none to print.
-				p, ierr := node.PeerIDOffline(home)
-				if ierr != nil {
-					return ierr
-				}
-				info, err = api.NodeInfo{PeerID: p.String(), Addrs: []string{}}, nil
 				fmt.Fprintln(cmd.ErrOrStderr(), "daemon not running: the peer ID alone; addresses appear once \"kith daemon\" runs")
-			}
-			if err != nil {
-				return err
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), info)
@@ -44,7 +30,7 @@ func idCmd() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), a)
 			}
 			return nil
-		},
+		}),
 	}
 	jsonFlag(cmd, &asJSON)
 	return cmd
