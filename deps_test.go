@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -31,6 +32,7 @@ var allowed = map[string][]string{
 type goPackage struct {
 	ImportPath string
 	Deps       []string
+	Imports    []string
 	Doc        string
 	Name       string
 	GoFiles    []string
@@ -62,6 +64,30 @@ func topLevel(importPath string) string {
 	rel := strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
 	top, _, _ := strings.Cut(rel, "/")
 	return top
+}
+
+// cmdDirect lists what cmd/kith may import directly from the module: node
+// and its sub-packages (the API client among them). discovery stays for
+// "kith dnssd", which formats zone records (to move behind node next).
+var cmdDirect = []string{"node", "discovery"}
+
+// TestCmdImportsOnlyNode: the CLI reaches the rest of the module only
+// through node (and the API client), never protocol, store, crypto or
+// delegation directly; their transitive use through node is fine.
+func TestCmdImportsOnlyNode(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if topLevel(p.ImportPath) != "cmd" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			if top := topLevel(imp); !slices.Contains(cmdDirect, top) {
+				t.Errorf("%s imports %s directly; go through node (or node/api)", p.ImportPath, imp)
+			}
+		}
+	}
 }
 
 func TestImportDirection(t *testing.T) {

@@ -179,6 +179,7 @@ type Engine struct {
 
 	mu        sync.Mutex
 	profiles  map[string]*Profile
+	handlers  map[string]bool                 // profiles added by Register, kept by SetProfiles
 	running   map[protocol.DelegationID]*task // provider side (remote and local)
 	outgoing  map[protocol.DelegationID]*outgoing
 	subs      map[subKey]map[chan store.Event]struct{}
@@ -224,6 +225,7 @@ func New(cfg Config) (*Engine, error) {
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
 		slots:      make(chan struct{}, cfg.MaxRemoteConcurrent),
 		profiles:   make(map[string]*Profile),
+		handlers:   make(map[string]bool),
 		running:    make(map[protocol.DelegationID]*task),
 		outgoing:   make(map[protocol.DelegationID]*outgoing),
 		subs:       make(map[subKey]map[chan store.Event]struct{}),
@@ -263,7 +265,39 @@ func (e *Engine) Register(name string, h executor.HandlerFunc, opts ...func(*Pro
 	for _, o := range opts {
 		o(p)
 	}
-	return e.addProfile(p)
+	if err := e.addProfile(p); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.handlers[name] = true
+	e.mu.Unlock()
+	return nil
+}
+
+// SetProfiles replaces the profiles given in Config (a reloaded config);
+// those added by Register stay and keep their names. Delegations already
+// running keep the profile they started with; new offers see ps.
+func (e *Engine) SetProfiles(ps []Profile) error {
+	next := make(map[string]*Profile, len(ps))
+	for i := range ps {
+		p := &ps[i]
+		if err := protocol.CheckProfileName(p.Name); err != nil {
+			return fmt.Errorf("delegation: profile: %w", err)
+		}
+		if p.Executor == nil {
+			return fmt.Errorf("delegation: profile %q has no executor", p.Name)
+		}
+		next[p.Name] = p
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for name, p := range e.profiles {
+		if e.handlers[name] {
+			next[name] = p
+		}
+	}
+	e.profiles = next
+	return nil
 }
 
 // Profiles lists the local profiles, sorted by name.

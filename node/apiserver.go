@@ -39,7 +39,7 @@ var apiRoutes = []apiRoute{
 	{"DELETE", "/peers/{id}", "Forget a peer", (*Node).handlePeerChange, nil, api.Peer{}, false},
 	{"GET", "/profiles", "The profiles this node serves", (*Node).handleProfiles, nil, []api.Profile{}, false},
 	{"POST", "/delegations", "Start a delegation", (*Node).handleDelegate, api.DelegateRequest{}, api.DelegateResponse{}, false},
-	{"GET", "/delegations", "Every delegation, oldest first (at most 1000)", (*Node).handleList, nil, []api.Delegation{}, false},
+	{"GET", "/delegations", "Delegations, oldest first: the newest ?limit= (default 1000), ?since= (RFC 3339), ?state= (repeatable); header Kith-Truncated: true when older matches were left out", (*Node).handleList, nil, []api.Delegation{}, false},
 	{"GET", "/delegations/{id}", "One delegation", (*Node).handleGet, nil, api.Delegation{}, false},
 	{"GET", "/delegations/{id}/events", "A delegation's event log, then live events until it is terminal", (*Node).handleEvents, nil, api.Event{}, true},
 	{"POST", "/delegations/{id}/cancel", "Cancel a delegation this node requested", (*Node).handleCancel, nil, struct{}{}, false},
@@ -66,6 +66,7 @@ func (n *Node) socketHandler() http.Handler {
 	mux.Handle(api.Prefix+"/", n.apiHandler())
 	mux.HandleFunc("GET "+api.Prefix+"/api-token", n.handleToken)
 	mux.HandleFunc("POST "+api.Prefix+"/api-token", n.handleToken)
+	mux.HandleFunc("POST "+api.Prefix+"/reload", n.handleReload)
 	mux.HandleFunc("GET "+OpenAPIPath, serveOpenAPI)
 	return mux
 }
@@ -81,7 +82,11 @@ func writeErr(w http.ResponseWriter, code int, err error) {
 }
 
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAPIBody))
+	return decodeBodyMax(w, r, v, maxAPIBody)
+}
+
+func decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		writeErr(w, http.StatusBadRequest, fmt.Errorf("request body: %w", err))
@@ -126,7 +131,11 @@ func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	if _, err := n.Store().RaiseTrust(ai.ID, NamedPeerTrust, "peers add"); err != nil {
+	origin := req.Origin
+	if origin == "" {
+		origin = "api"
+	}
+	if _, err := n.Store().RaiseTrust(ai.ID, NamedPeerTrust, origin); err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
 	}
@@ -155,7 +164,7 @@ func (n *Node) handleProfiles(w http.ResponseWriter, _ *http.Request) {
 
 func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
 	var req api.DelegateRequest
-	if !decodeBody(w, r, &req) {
+	if !decodeBodyMax(w, r, &req, api.MaxDelegateBody) {
 		return
 	}
 	dr := delegation.Request{
@@ -166,6 +175,10 @@ func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
 		p, err := peer.Decode(req.Peer)
 		if err != nil {
 			writeErr(w, http.StatusBadRequest, fmt.Errorf("peer %q: %w", req.Peer, err))
+			return
+		}
+		if err := n.reachable(p); err != nil {
+			writeErr(w, http.StatusForbidden, err)
 			return
 		}
 		dr.Peer = p
@@ -191,8 +204,11 @@ func (n *Node) handleDelegate(w http.ResponseWriter, r *http.Request) {
 	id, err := n.Engine().Delegate(ctx, dr)
 	if err != nil {
 		code := http.StatusBadGateway
-		if errors.Is(err, delegation.ErrBadRequest) {
+		switch {
+		case errors.Is(err, delegation.ErrBadRequest):
 			code = http.StatusBadRequest
+		case errors.Is(err, delegation.ErrTooLarge):
+			code = http.StatusRequestEntityTooLarge
 		}
 		writeErr(w, code, err)
 		return
@@ -244,11 +260,31 @@ func (n *Node) handleGet(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (n *Node) handleList(w http.ResponseWriter, _ *http.Request) {
-	ds, err := n.Store().ListDelegations(store.DelegationFilter{Limit: 1000})
+func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
+	q, err := api.ParseListQuery(r.URL.Query())
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	f := store.DelegationFilter{Limit: q.Limit + 1, Since: q.Since}
+	for _, s := range q.States {
+		var st protocol.State
+		if err := st.UnmarshalText([]byte(s)); err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("state %q: not a delegation state", s))
+			return
+		}
+		f.States = append(f.States, st)
+	}
+	ds, err := n.Store().ListDelegations(f)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
+	}
+	// One more than the limit was asked for: its presence says that older
+	// matches were left out.
+	if len(ds) > q.Limit {
+		ds = ds[len(ds)-q.Limit:]
+		w.Header().Set(api.TruncatedHeader, "true")
 	}
 	out := []api.Delegation{}
 	for _, d := range ds {

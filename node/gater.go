@@ -2,6 +2,7 @@ package node
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/libp2p/go-libp2p/core/control"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -17,7 +18,7 @@ import (
 // the allow/deny list in memory (the store is the durable copy), so a
 // handshake never waits on the disk, and changes apply at once.
 type gater struct {
-	allowlist bool
+	allowlist atomic.Bool // policy.mode; a reload may change it
 	// refused, when set, hears every inbound connection refused because
 	// of the lists (set before the host starts; see refusalLog).
 	refused func(peer.ID, network.ConnMultiaddrs)
@@ -27,7 +28,8 @@ type gater struct {
 }
 
 func newGater(mode string, peers []store.Peer) *gater {
-	g := &gater{allowlist: mode == config.PolicyAllowlist, access: make(map[peer.ID]store.Access)}
+	g := &gater{access: make(map[peer.ID]store.Access)}
+	g.allowlist.Store(mode == config.PolicyAllowlist)
 	for _, p := range peers {
 		g.access[p.ID] = p.Access
 	}
@@ -52,7 +54,7 @@ func (g *gater) admits(p peer.ID) bool {
 	if a == store.AccessDeny {
 		return false
 	}
-	return !g.allowlist || a == store.AccessAllow
+	return !g.allowlist.Load() || a == store.AccessAllow
 }
 
 func (g *gater) denied(p peer.ID) bool {

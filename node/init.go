@@ -94,6 +94,16 @@ func Init(home string, listen []string) (peer.ID, error) {
 	return id.PeerID(), nil
 }
 
+// PeerIDOffline reads the peer ID from the home's identity key, for "kith
+// id" while no daemon runs.
+func PeerIDOffline(home string) (peer.ID, error) {
+	id, err := readIdentity(home)
+	if err != nil {
+		return "", err
+	}
+	return id.PeerID(), nil
+}
+
 // readIdentity reads the node's identity key, with an error that says what
 // to do about it: "run kith init" only where that would help.
 func readIdentity(home string) (*crypto.Identity, error) {

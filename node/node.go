@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,15 @@ func listen(h host.Host, addrs []string) error {
 // Options are what a caller adds to the config file.
 type Options struct {
 	Logger *slog.Logger
+	// LogLevel, when set, is the level of Logger's handler: a reload sets
+	// it to the file's log_level.
+	LogLevel *slog.LevelVar
+	// Override applies the daemon's command-line flags over the file on a
+	// reload, as they were applied at start.
+	Override func(*config.Config)
+	// StoreLogger receives the database's own log (badger); nil: Logger.
+	// The daemon gives it its own level (store.db_log_level).
+	StoreLogger *slog.Logger
 	// Trace sees every delegation message crossing the wire (kith demo).
 	Trace delegation.Trace
 	// Handlers are in-process Go handlers, registered as local profiles.
@@ -68,7 +78,10 @@ type Node struct {
 	home string
 	cfg  config.Config
 	opts Options
-	log  *slog.Logger
+
+	reloadMu sync.Mutex     // one Reload at a time
+	live     *config.Config // the config as reloads applied it; nil: cfg
+	log      *slog.Logger
 
 	ready chan struct{}
 	mu    sync.Mutex
@@ -159,7 +172,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		return err
 	}
 	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
-		Logger: n.opts.Logger, NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
+		Logger: cmp.Or(n.opts.StoreLogger, n.opts.Logger), NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
 		Metrics: n.metrics.store,
 	})
 	if err != nil {
@@ -529,9 +542,6 @@ func (n *Node) maintain(ctx context.Context, st *store.Store) {
 		}
 	}
 }
-
-// Version is the kith version string.
-const Version = "0.1.0"
 
 // untrustedSlots maps untrusted_remote_slots to the engine's setting, where
 // 0 means the default and a negative count means none.

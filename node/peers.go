@@ -32,6 +32,22 @@ type PeerChange struct {
 // (config.Profile.MinTrust), so a stranger on the LAN cannot use them.
 const NamedPeerTrust = protocol.Verified
 
+// ErrPeerRefused: a delegation names a peer this node's policy refuses to
+// connect to, so it could never reach it.
+var ErrPeerRefused = errors.New("peer refused by this node's policy")
+
+// reachable says why this node's own gater would refuse to connect to p,
+// before a delegation to p is stored and tried.
+func (n *Node) reachable(p peer.ID) error {
+	switch {
+	case n.gater.denied(p):
+		return fmt.Errorf("%w: %s is denied (kith peers deny); \"kith peers allow %s\" lifts the deny", ErrPeerRefused, p, p)
+	case !n.gater.admits(p):
+		return fmt.Errorf("%w: %s is not allowed and policy.mode is allowlist; \"kith peers allow %s\" admits it", ErrPeerRefused, p, p)
+	}
+	return nil
+}
+
 // ParsePeerID parses a peer ID with an error that says what was wrong.
 func ParsePeerID(s string) (peer.ID, error) {
 	p, err := peer.Decode(s)
@@ -136,14 +152,14 @@ func (n *Node) handlePeerChange(w http.ResponseWriter, r *http.Request) {
 	case req.Trust != "":
 		t, err := protocol.ParseTrustLevel(req.Trust)
 		if err != nil {
-			writeErr(w, http.StatusBadRequest, err)
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("trust level %q: want untrusted, verified or trusted", req.Trust))
 			return
 		}
 		c.Trust = &t
 	case req.Access != "":
 		a, err := store.ParseAccess(req.Access)
 		if err != nil {
-			writeErr(w, http.StatusBadRequest, err)
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("access %q: want none, allow or deny", req.Access))
 			return
 		}
 		c.Access = &a

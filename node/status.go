@@ -34,6 +34,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	nat := n.nat.snapshot()
 	st := api.Status{
 		PeerID:           h.ID().String(),
+		Version:          Version,
 		Reachability:     strings.ToLower(nat.reachability.String()),
 		NATTCP:           natType(nat.natTCP),
 		NATUDP:           natType(nat.natUDP),

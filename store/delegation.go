@@ -412,12 +412,15 @@ type DelegationFilter struct {
 	Parent *protocol.DelegationID
 	// Limit > 0 keeps only the newest Limit matches.
 	Limit int
+	// Since, when set, keeps only delegations created at or after it.
+	Since time.Time
 }
 
 func (f DelegationFilter) match(d Delegation) bool {
 	return (f.Role == nil || *f.Role == d.Role) &&
 		(len(f.States) == 0 || slices.Contains(f.States, d.State)) &&
-		(f.Parent == nil || *f.Parent == d.Parent)
+		(f.Parent == nil || *f.Parent == d.Parent) &&
+		(f.Since.IsZero() || !d.CreatedAt.Before(f.Since))
 }
 
 // ListDelegations returns the delegations matching f, oldest first (by
@@ -443,6 +446,9 @@ func (s *Store) ListDelegations(f DelegationFilter) ([]Delegation, error) {
 			d, err := getDelegation(txn, role, id, true)
 			if err != nil {
 				return fmt.Errorf("store: index %q: %w", item.Key(), err)
+			}
+			if reverse && !f.Since.IsZero() && d.CreatedAt.Before(f.Since) {
+				return errStop // newest first: everything after is older
 			}
 			if f.match(d) {
 				out = append(out, d)

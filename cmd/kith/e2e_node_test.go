@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -341,13 +342,25 @@ func (n *testNode) kith(args ...string) result {
 	return runKith(n.t, append([]string{"--home", n.home}, args...)...)
 }
 
+// kithIn is kith with stdin read from in.
+func (n *testNode) kithIn(in io.Reader, args ...string) result {
+	n.t.Helper()
+	return runKithIn(n.t, in, append([]string{"--home", n.home}, args...)...)
+}
+
 func runKith(t *testing.T, args ...string) result {
+	t.Helper()
+	return runKithIn(t, nil, args...)
+}
+
+// runKithIn runs the CLI with stdin from in (nil: /dev/null).
+func runKithIn(t *testing.T, in io.Reader, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandWait)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kithBin, args...)
 	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, &stdout, &stderr
 	cmd.WaitDelay = time.Second
 	cmd.Env = childEnv()
 	err := cmd.Run()

@@ -401,9 +401,14 @@ func TestE2EConfigAndDaemonErrors(t *testing.T) {
 	dir := testDir(t)
 	n := newNode(t, dir, "n", "")
 
-	r := n.kith("id")
+	r := n.kith("tasks", "ls")
 	if r.code == 0 || !strings.Contains(r.stderr, "daemon is not running") || r.stdout != "" {
-		t.Errorf("kith id with no daemon: want a failure saying the daemon is not running; %v", r)
+		t.Errorf("kith tasks ls with no daemon: want a failure saying the daemon is not running; %v", r)
+	}
+	// kith id needs only the key: the peer ID, and a word on stderr.
+	r = n.kith("id")
+	if r.code != 0 || r.stdout != n.id+"\n" || !strings.Contains(r.stderr, "daemon not running") {
+		t.Errorf("kith id with no daemon: want the peer ID alone and a note on stderr; %v", r)
 	}
 
 	cfg := filepath.Join(n.home, "config.toml")

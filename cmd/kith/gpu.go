@@ -1,41 +1,32 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/kithmesh/kith/node"
-	"github.com/kithmesh/kith/node/api"
 )
 
 func gpuCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "gpu",
 		Short: "Show the GPU inventory and the VRAM leases held (exits 0 on a machine without a GPU)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, home, err := client()
+		RunE: withFallback(func(cmd *cobra.Command, _ []string, d daemonAPI, offline bool) error {
+			g, err := d.GPU(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			g, err := c.GPU(cmd.Context())
 			source := "daemon"
-			if errors.Is(err, api.ErrDaemonNotRunning) {
-				cfg, cerr := node.LoadConfig(home)
-				if cerr != nil {
-					return cerr
-				}
-				g, err, source = node.GPUReport(cfg), nil, "daemon not running; read directly"
-			}
-			if err != nil {
-				return err
+			if offline {
+				source = "daemon not running; read directly"
 			}
 			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, g)
+			}
 			if g.NoGPU != "" {
 				fmt.Fprintf(out, "no NVIDIA GPU (%s)\n", g.NoGPU)
 				fmt.Fprintln(out, "profiles that set vram_mib are refused; set [gpu] declared_vram_mib to declare VRAM by hand")
@@ -56,6 +47,8 @@ func gpuCmd() *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%d\t%v\t%s\t%s\n", l.ID, l.Owner, l.VRAMMiB, l.Local, l.Device, l.GrantedAt.Format(time.RFC3339))
 			}
 			return w.Flush()
-		},
+		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }

@@ -4,19 +4,26 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/kithmesh/kith/node/api"
 )
 
 func idCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "id",
-		Short: "Print the peer ID, then one full multiaddr per line",
+		Short: "Print the peer ID, then one full multiaddr per line (the ID alone while no daemon runs)",
 		Args:  cobra.NoArgs,
-		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
-			info, err := c.Node(cmd.Context())
+		RunE: withFallback(func(cmd *cobra.Command, _ []string, d daemonAPI, offline bool) error {
+			info, err := d.Node(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if offline {
+				// The peer ID is the key's; the addresses are the running
+				// daemon's, so there are none to print.
+				fmt.Fprintln(cmd.ErrOrStderr(), "daemon not running: the peer ID alone; addresses appear once \"kith daemon\" runs")
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), info)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), info.PeerID)
 			for _, a := range info.Addrs {
@@ -25,4 +32,6 @@ func idCmd() *cobra.Command {
 			return nil
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }

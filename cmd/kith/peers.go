@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -9,22 +8,19 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/libp2p/go-libp2p/core/peer"
-
 	"github.com/kithmesh/kith/node"
 	"github.com/kithmesh/kith/node/api"
-	"github.com/kithmesh/kith/protocol"
-	"github.com/kithmesh/kith/store"
 )
 
 func peersCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "peers", Short: "List and manage peers"}
-	cmd.AddCommand(&cobra.Command{
+	var lsJSON, logJSON bool
+	add := &cobra.Command{
 		Use:   "add MULTIADDR",
 		Short: "Add a static peer (a full multiaddr ending in /p2p/<peer id>)",
 		Args:  cobra.ExactArgs(1),
 		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
-			p, err := c.AddPeer(cmd.Context(), args[0])
+			p, err := c.AddPeer(cmd.Context(), args[0], "cli")
 			if err != nil {
 				return err
 			}
@@ -35,7 +31,8 @@ func peersCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s added (%s)\n", p.ID, state)
 			return nil
 		}),
-	}, &cobra.Command{
+	}
+	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List known peers",
 		Args:  cobra.NoArgs,
@@ -43,6 +40,9 @@ func peersCmd() *cobra.Command {
 			peers, err := c.Peers(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if lsJSON {
+				return printJSON(cmd.OutOrStdout(), peers)
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PEER\tCONNECTED\tTRUST\tACCESS\tSOURCES\tLAST SEEN\tADDRS")
@@ -56,50 +56,38 @@ func peersCmd() *cobra.Command {
 			}
 			return w.Flush()
 		}),
-	})
-	cmd.AddCommand(
+	}
+	jsonFlag(ls, &lsJSON)
+	log := &cobra.Command{
+		Use:   "log",
+		Short: "Show the audit log of trust and allow/deny changes",
+		Args:  cobra.NoArgs,
+		RunE: withFallback(func(cmd *cobra.Command, _ []string, d daemonAPI, _ bool) error {
+			entries, err := d.Audit(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if logJSON {
+				return printJSON(cmd.OutOrStdout(), entries)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "SEQ\tTIME\tPEER\tCHANGE\tFROM\tTO\tORIGIN")
+			for _, e := range entries {
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Format(time.RFC3339), e.Peer, e.Action, e.From, e.To, e.Origin)
+			}
+			return w.Flush()
+		}),
+	}
+	jsonFlag(log, &logJSON)
+	cmd.AddCommand(add, ls, log,
 		peerChangeCmd("allow ID", "Allow a peer (in allowlist mode, only allowed peers may connect)", 1,
 			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: "allow"}, nil }),
 		peerChangeCmd("deny ID", "Deny a peer: refused on dial and accept, its live connections closed", 1,
 			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: "deny"}, nil }),
 		peerChangeCmd("trust ID LEVEL", "Set a peer's trust level: untrusted, verified or trusted", 2,
-			func(args []string) (api.PeerChange, error) {
-				if _, err := protocol.ParseTrustLevel(args[1]); err != nil {
-					return api.PeerChange{}, err
-				}
-				return api.PeerChange{Trust: args[1]}, nil
-			}),
-		peerChangeCmd("rm ID", "Forget a peer, its trust and allow/deny included", 1,
+			func(args []string) (api.PeerChange, error) { return api.PeerChange{Trust: args[1]}, nil }),
+		peerChangeCmd("rm ID", "Forget a peer, its trust and allow/deny included: rm lifts a deny", 1,
 			func(args []string) (api.PeerChange, error) { return api.PeerChange{Remove: true}, nil }),
-		&cobra.Command{
-			Use:   "log",
-			Short: "Show the audit log of trust and allow/deny changes",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, home, err := client()
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				entries, err := c.Audit(cmd.Context())
-				if errors.Is(err, api.ErrDaemonNotRunning) {
-					cfg, cerr := node.LoadConfig(home)
-					if cerr != nil {
-						return cerr
-					}
-					entries, err = node.AuditOffline(home, cfg, 1000)
-				}
-				if err != nil {
-					return err
-				}
-				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "SEQ\tTIME\tPEER\tCHANGE\tFROM\tTO\tORIGIN")
-				for _, e := range entries {
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.At.Format(time.RFC3339), e.Peer, e.Action, e.From, e.To, e.Origin)
-				}
-				return w.Flush()
-			},
-		},
 	)
 	return cmd
 }
@@ -123,45 +111,32 @@ func peerChangeCmd(use, short string, nargs int, change func(args []string) (api
 				return err
 			}
 			ch.Origin = "cli"
-			c, home, err := client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			err = c.ChangePeer(cmd.Context(), p.String(), ch)
-			where := "running daemon"
-			if errors.Is(err, api.ErrDaemonNotRunning) {
-				where = "store (daemon not running)"
-				err = offlineChange(home, p, ch)
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%s)\n", p, strings.Fields(use)[0], where)
-			return nil
+			return withFallback(func(cmd *cobra.Command, _ []string, d daemonAPI, offline bool) error {
+				if err := d.ChangePeer(cmd.Context(), p.String(), ch); err != nil {
+					return err
+				}
+				where := "running daemon"
+				if offline {
+					where = "store (daemon not running)"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (%s)\n", p, strings.Fields(use)[0], where)
+				if ch.Remove && wasDenied(cmd, d, p.String()) {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s was denied: forgetting it lifted the deny; it may connect again unless policy.mode is allowlist (\"kith peers deny %s\" refuses it again)\n", p, p)
+				}
+				return nil
+			})(cmd, args)
 		},
 	}
 }
 
-func offlineChange(home string, p peer.ID, ch api.PeerChange) error {
-	cfg, err := node.LoadConfig(home)
-	if err != nil {
-		return err
-	}
-	pc := node.PeerChange{Peer: p, Remove: ch.Remove, Origin: "cli (daemon stopped)"}
-	if ch.Trust != "" {
-		t, err := protocol.ParseTrustLevel(ch.Trust)
-		if err != nil {
-			return err
+// wasDenied reads the audit entry that removing p just wrote: it records
+// the access p had.
+func wasDenied(cmd *cobra.Command, d daemonAPI, p string) bool {
+	entries, err := d.Audit(cmd.Context())
+	for i := len(entries) - 1; err == nil && i >= 0; i-- {
+		if e := entries[i]; e.Peer == p {
+			return e.Action == "delete" && strings.Contains(e.From, "access=deny")
 		}
-		pc.Trust = &t
 	}
-	if ch.Access != "" {
-		a, err := store.ParseAccess(ch.Access)
-		if err != nil {
-			return err
-		}
-		pc.Access = &a
-	}
-	return pc.ApplyOffline(home, cfg)
+	return false
 }

@@ -36,6 +36,7 @@ func statusCmd() *cobra.Command {
 func printStatus(out io.Writer, s api.Status) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "peer\t%s\n", s.PeerID)
+	fmt.Fprintf(w, "version\t%s\n", s.Version)
 	fmt.Fprintf(w, "reachability\t%s\n", s.Reachability)
 	fmt.Fprintf(w, "NAT\ttcp %s, udp %s\n", s.NATTCP, s.NATUDP)
 	if s.NATNote != "" {

@@ -14,24 +14,7 @@ import (
 
 func tasksCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "tasks", Short: "Inspect and control delegations"}
-	cmd.AddCommand(&cobra.Command{
-		Use:   "ls",
-		Short: "List delegations",
-		Args:  cobra.NoArgs,
-		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
-			ds, err := c.Delegations(cmd.Context())
-			if err != nil {
-				return err
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tROLE\tPROFILE\tSTATE\tPEER\tCREATED\tREASON")
-			for _, d := range ds {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Role, d.Profile, d.State,
-					short(d.Peer), d.CreatedAt.Format(time.RFC3339), d.Reason)
-			}
-			return w.Flush()
-		}),
-	}, &cobra.Command{
+	cmd.AddCommand(tasksLsCmd(), &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one delegation as JSON",
 		Args:  cobra.ExactArgs(1),
@@ -71,7 +54,16 @@ func tasksCmd() *cobra.Command {
 		Use:   "verify ID",
 		Short: "Re-check the stored result proof of a delegation",
 		Args:  cobra.ExactArgs(1),
+		Long: "Re-check the result proof the provider signed, on the node that requested the\n" +
+			"delegation: it holds the signed result. A provider keeps no proof to check.",
 		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
+			d, err := c.Delegation(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if d.Role == "provider" {
+				return fmt.Errorf("this node served %s as its provider: it signed the result proof it sent, and proofs are verified by the requester (run \"kith tasks verify %s\" on %s)", d.ID, d.ID, d.Peer)
+			}
 			p, err := c.Verify(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -88,6 +80,68 @@ func tasksCmd() *cobra.Command {
 		}),
 	})
 	return cmd
+}
+
+func tasksLsCmd() *cobra.Command {
+	var q api.ListQuery
+	var since, states string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List delegations, oldest first; the newest --limit of them",
+		Long: "List delegations, oldest first: the newest --limit (default 1000) that match\n" +
+			"--since and --state. When older matches were left out, a line on stderr says so.",
+		Args: cobra.NoArgs,
+		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
+			if since != "" {
+				t, err := parseSince(since, time.Now())
+				if err != nil {
+					return err
+				}
+				q.Since = t
+			}
+			if states != "" {
+				q.States = strings.Split(states, ",")
+			}
+			ds, truncated, err := c.ListDelegations(cmd.Context(), q)
+			if err != nil {
+				return err
+			}
+			if truncated {
+				limit := q.Limit
+				if limit == 0 {
+					limit = api.DefaultListLimit
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "truncated: the newest %d shown; older ones match too (raise --limit or narrow with --since, --state)\n", limit)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), ds)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tROLE\tPROFILE\tSTATE\tPEER\tCREATED\tREASON")
+			for _, d := range ds {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.Role, d.Profile, d.State,
+					short(d.Peer), d.CreatedAt.Format(time.RFC3339), d.Reason)
+			}
+			return w.Flush()
+		}),
+	}
+	cmd.Flags().IntVar(&q.Limit, "limit", 0, fmt.Sprintf("show at most the newest N (default %d, at most %d)", api.DefaultListLimit, api.MaxListLimit))
+	cmd.Flags().StringVar(&since, "since", "", "only those created since a time (RFC 3339) or a duration ago (1h30m)")
+	cmd.Flags().StringVar(&states, "state", "", "only these states, comma-separated (completed,failed,...)")
+	jsonFlag(cmd, &asJSON)
+	return cmd
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want a duration like 1h30m or an RFC 3339 time like 2026-01-02T15:04:05Z", s)
 }
 
 func short(id string) string {

@@ -38,38 +38,47 @@ func NewClient(socket string) *Client {
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	_, err := c.doHeader(ctx, method, path, in, out)
+	return err
+}
+
+// doHeader is do, and returns the answer's header.
+func (c *Client) doHeader(ctx context.Context, method, path string, in, out any) (http.Header, error) {
 	var body io.Reader
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
+		// No HTML escaping: a task's "<" stays one byte, not six.
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(in); err != nil {
+			return nil, err
 		}
-		body = bytes.NewReader(b)
+		body = &b
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://kith"+Prefix+path, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return c.wrapDial(err)
+		return nil, c.wrapDial(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		var e Error
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s", e.Error)
+			return resp.Header, fmt.Errorf("%s", e.Error)
 		}
-		return fmt.Errorf("daemon answered %s", resp.Status)
+		return resp.Header, fmt.Errorf("daemon answered %s", resp.Status)
 	}
 	if out == nil {
-		return nil
+		return resp.Header, nil
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return resp.Header, json.NewDecoder(resp.Body).Decode(out)
 }
 
 func (c *Client) wrapDial(err error) error {
@@ -93,9 +102,9 @@ func (c *Client) Peers(ctx context.Context) ([]Peer, error) {
 }
 
 // AddPeer adds a static peer by full multiaddr.
-func (c *Client) AddPeer(ctx context.Context, addr string) (Peer, error) {
+func (c *Client) AddPeer(ctx context.Context, addr, origin string) (Peer, error) {
 	var p Peer
-	return p, c.do(ctx, http.MethodPost, "/peers", AddPeer{Addr: addr}, &p)
+	return p, c.do(ctx, http.MethodPost, "/peers", AddPeer{Addr: addr, Origin: origin}, &p)
 }
 
 // Delegate starts a delegation.
@@ -112,8 +121,19 @@ func (c *Client) Delegation(ctx context.Context, id string) (Delegation, error) 
 
 // Delegations lists delegations, newest last.
 func (c *Client) Delegations(ctx context.Context) ([]Delegation, error) {
-	var ds []Delegation
-	return ds, c.do(ctx, http.MethodGet, "/delegations", nil, &ds)
+	ds, _, err := c.ListDelegations(ctx, ListQuery{})
+	return ds, err
+}
+
+// ListDelegations lists the delegations q selects, newest last, and
+// whether older matches were left out by q.Limit.
+func (c *Client) ListDelegations(ctx context.Context, q ListQuery) (ds []Delegation, truncated bool, err error) {
+	path := "/delegations"
+	if v := q.Values(); len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	h, err := c.doHeader(ctx, http.MethodGet, path, nil, &ds)
+	return ds, h.Get(TruncatedHeader) == "true", err
 }
 
 // Tree returns the delegation trees.
@@ -174,9 +194,7 @@ func (c *Client) Events(ctx context.Context, id string, fn func(Event)) error {
 
 // ChangePeer sets a peer's trust or access, or forgets it.
 func (c *Client) ChangePeer(ctx context.Context, id string, ch PeerChange) error {
-	if ch.Remove {
-		return c.do(ctx, http.MethodDelete, "/peers/"+url.PathEscape(id), nil, nil)
-	}
+	// POST for a removal too: DELETE has no body to carry the origin.
 	return c.do(ctx, http.MethodPost, "/peers/"+url.PathEscape(id), ch, nil)
 }
 
@@ -201,4 +219,10 @@ func (c *Client) Token(ctx context.Context, rotate bool) (Token, error) {
 		method = http.MethodPost
 	}
 	return t, c.do(ctx, method, "/api-token", nil, &t)
+}
+
+// Reload has the daemon re-read its config file.
+func (c *Client) Reload(ctx context.Context) (Reload, error) {
+	var r Reload
+	return r, c.do(ctx, http.MethodPost, "/reload", nil, &r)
 }

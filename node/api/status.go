@@ -18,6 +18,8 @@ const (
 // which addresses, and how it is connected to each peer.
 type Status struct {
 	PeerID string `json:"peer_id"`
+	// Version is the daemon's version (kith version).
+	Version string `json:"version"`
 
 	// Reachability is AutoNAT's verdict on the node: "public", "private" or
 	// "unknown". A node with relay = true is public by declaration.

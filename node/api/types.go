@@ -1,6 +1,9 @@
 package api
 
 import (
+	"fmt"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/kithmesh/kith/protocol"
@@ -32,8 +35,17 @@ type Peer struct {
 
 // AddPeer is POST /peers.
 type AddPeer struct {
-	Addr string `json:"addr"`
+	Addr   string `json:"addr"`
+	Origin string `json:"origin,omitempty"` // for the audit log; default "api"
 }
+
+// MaxTaskBytes is the largest task text a delegation carries; the daemon
+// may hold less (its store's value cap) and says so with a 413.
+const MaxTaskBytes = protocol.MaxPayload
+
+// MaxDelegateBody caps POST /delegations: a task of MaxTaskBytes whose
+// every byte JSON escapes to six ("\u00XX"), and room for the other fields.
+const MaxDelegateBody = 6*MaxTaskBytes + 1<<20
 
 // DelegateRequest is POST /delegations.
 type DelegateRequest struct {
@@ -106,6 +118,58 @@ type Proof struct {
 	OfferSHA256 string    `json:"offer_sha256,omitempty"`
 	Transcript  string    `json:"transcript_sha256,omitempty"`
 	CompletedAt time.Time `json:"completed_at,omitzero"`
+}
+
+// TruncatedHeader is set to "true" on GET /delegations when older
+// matches were left out by the limit.
+const TruncatedHeader = "Kith-Truncated"
+
+// DefaultListLimit and MaxListLimit bound GET /delegations?limit=.
+const (
+	DefaultListLimit = 1000
+	MaxListLimit     = 100000
+)
+
+// ListQuery is the query of GET /delegations.
+type ListQuery struct {
+	Limit  int       // the newest Limit matches; 0: DefaultListLimit
+	Since  time.Time // created at or after; zero: any time
+	States []string  // any of these states; none: every state
+}
+
+// Values encodes q as a URL query.
+func (q ListQuery) Values() url.Values {
+	v := url.Values{}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.Format(time.RFC3339Nano))
+	}
+	for _, s := range q.States {
+		v.Add("state", s)
+	}
+	return v
+}
+
+// ParseListQuery decodes and checks a GET /delegations query.
+func ParseListQuery(v url.Values) (ListQuery, error) {
+	q := ListQuery{Limit: DefaultListLimit, States: v["state"]}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return q, fmt.Errorf("limit %q: want 1 to %d", s, MaxListLimit)
+		}
+		q.Limit = n
+	}
+	if s := v.Get("since"); s != "" {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return q, fmt.Errorf("since %q: want an RFC 3339 time like 2026-01-02T15:04:05Z", s)
+		}
+		q.Since = t
+	}
+	return q, nil
 }
 
 // Error is the body of every non-2xx answer.
@@ -186,4 +250,11 @@ type DelegationEvent struct {
 	Type     string    `json:"type"`
 	State    string    `json:"state"`
 	Terminal bool      `json:"terminal"`
+}
+
+// Reload is POST /reload (unix socket only): the changed config keys now
+// in effect, and those that need a restart.
+type Reload struct {
+	Applied     []string `json:"applied"`
+	NeedRestart []string `json:"need_restart"`
 }

@@ -47,6 +47,10 @@ type Config struct {
 	// "error". Default: "info".
 	LogLevel string `toml:"log_level"`
 
+	// LogFormat is how log records are written to stderr: "text"
+	// (key=value) or "json" (one object a line). Default: "text".
+	LogFormat string `toml:"log_format"`
+
 	// Store configures the database ([store]).
 	Store Store `toml:"store"`
 
@@ -84,6 +88,13 @@ type Store struct {
 	// Path is the database directory. Default: "", which means <home>/data;
 	// a relative path is relative to <home>. See StorePath.
 	Path string `toml:"path"`
+
+	// DBLogLevel is the lowest level of the database's own log (badger's
+	// compactions, value log GC, ...), apart from the node's log_level so
+	// that debugging kith does not drown in it: "debug", "info", "warn" or
+	// "error". Default: "warn". (Not "log_level": that name here is the
+	// usual slip of a top-level key below [store], which stays an error.)
+	DBLogLevel string `toml:"db_log_level"`
 }
 
 // Policy is the [policy] table.
@@ -386,9 +397,11 @@ func Default() Config {
 			"/ip4/0.0.0.0/tcp/4001",
 			"/ip4/0.0.0.0/udp/4001/quic-v1",
 		},
-		LogLevel: "info",
+		LogLevel:  "info",
+		LogFormat: LogFormatText,
 		Store: Store{
-			Durable: true,
+			Durable:    true,
+			DBLogLevel: "warn",
 		},
 		Limits: Limits{
 			MaxFrameBytes:        protocol.DefaultMaxFrame,
@@ -457,10 +470,20 @@ func underHome(home, p, def string) string {
 	}
 }
 
+// The log formats LogFormat may name.
+const (
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+)
+
 // SlogLevel returns LogLevel as a slog.Level; an invalid level (which
 // Validate rejects) reads as info.
-func (c Config) SlogLevel() slog.Level {
-	if l, ok := logLevels[c.LogLevel]; ok {
+func (c Config) SlogLevel() slog.Level { return ParseLogLevel(c.LogLevel) }
+
+// ParseLogLevel reads a log level name; an invalid one (which Validate
+// rejects) reads as info.
+func ParseLogLevel(s string) slog.Level {
+	if l, ok := logLevels[s]; ok {
 		return l
 	}
 	return slog.LevelInfo

@@ -43,6 +43,8 @@ func DefaultFile(listen []string) []byte {
 	w.blank()
 	w.comment("Lowest level logged: \"debug\", \"info\", \"warn\" or \"error\".")
 	w.show("log_level", tomlString(d.LogLevel))
+	w.comment("How log records are written: \"text\" (key=value) or \"json\" (one object a line).")
+	w.show("log_format", tomlString(d.LogFormat))
 	w.blank()
 
 	w.line("[store]")
@@ -52,6 +54,9 @@ func DefaultFile(listen []string) []byte {
 	w.comment("Database directory. \"\" means <home>/" + DefaultStoreDir + "; a relative path is relative")
 	w.comment("to <home>.")
 	w.show("path", tomlString(d.Store.Path))
+	w.comment("Lowest level of the database's own log (badger), apart from log_level:")
+	w.comment("\"debug\", \"info\", \"warn\" or \"error\".")
+	w.show("db_log_level", tomlString(d.Store.DBLogLevel))
 	w.blank()
 
 	l := d.Limits

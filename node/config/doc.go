@@ -18,3 +18,6 @@
 // Every problem is a *KeyError; errors.Is tells ErrUnknownKey, ErrSyntax and
 // ErrInvalid apart.
 package config
+
+// The reference of every key, docs/config.md, comes from the types here.
+//go:generate go test -run ^TestConfigReference$ -args -update-docs

@@ -44,6 +44,12 @@ func (c Config) validate() problems {
 	if _, ok := logLevels[c.LogLevel]; !ok {
 		ps.add("log_level", "%q is not a level; want \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel)
 	}
+	if c.LogFormat != LogFormatText && c.LogFormat != LogFormatJSON {
+		ps.add("log_format", "%q is not a format; want \"text\" or \"json\"", c.LogFormat)
+	}
+	if _, ok := logLevels[c.Store.DBLogLevel]; !ok {
+		ps.add("store.db_log_level", "%q is not a level; want \"debug\", \"info\", \"warn\" or \"error\"", c.Store.DBLogLevel)
+	}
 	c.Limits.validate(&ps)
 	c.Policy.validate(&ps)
 	c.Discovery.validate(&ps)
