@@ -44,7 +44,7 @@ func delegateCmd() *cobra.Command {
 			err = c.Events(ctx, id, func(ev api.Event) {
 				line := fmt.Sprintf("[%s] %s", ev.State, ev.Type)
 				if ev.Partial != "" {
-					line += fmt.Sprintf(" %q", ev.Partial)
+					line += " " + partialLine(ev.Partial)
 				}
 				fmt.Fprintln(stderr, line)
 			})
@@ -140,4 +140,19 @@ func stdinIsPipe(cmd *cobra.Command) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice == 0
+}
+
+// partialLine shows streamed output on a status line: quoted, and cut
+// (with its size) when it is long, so a large output does not flood the
+// terminal; the whole of it is the result on stdout.
+func partialLine(s string) string {
+	const show = 100
+	if len(s) <= show+20 {
+		return fmt.Sprintf("%q", s)
+	}
+	cut := show
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
 }
