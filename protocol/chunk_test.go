@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol/pb"
 )
@@ -140,7 +142,7 @@ func TestJoinChunksRefusesBadSequences(t *testing.T) {
 				rest = rest[1:]
 				return f, nil
 			}
-			got, err := joinChunks(c.first, c.limit, next)
+			got, err := joinChunks(c.first, c.limit, next, semaphore.NewWeighted(JoinBudget))
 			if err == nil || got != nil {
 				t.Fatalf("joined %d bytes, err %v; want an error", len(got), err)
 			}
@@ -159,9 +161,56 @@ func FuzzJoinChunks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, total uint64, data, frames []byte) {
 		fr := NewFrameReader(bytes.NewReader(frames), 1<<16)
 		next := func() ([]byte, error) { return fr.ReadFrame() }
-		out, err := joinChunks(&pb.Chunk{TotalSize: total, Data: data}, 4*ChunkSize, next)
+		out, err := joinChunks(&pb.Chunk{TotalSize: total, Data: data}, 4*ChunkSize, next, semaphore.NewWeighted(8*ChunkSize))
 		if err == nil && uint64(len(out)) != total {
 			t.Fatalf("joined %d bytes, declared %d", len(out), total)
 		}
 	})
+}
+
+// Many peers joining large messages at once cannot make a node hold more
+// than its join budget: the join that would pass it fails typed, and the
+// budget comes back when a join ends, however it ends.
+func TestJoinBudgetBoundsAllJoins(t *testing.T) {
+	piece := bytes.Repeat([]byte{'a'}, ChunkSize)
+	budget := semaphore.NewWeighted(3 * ChunkSize)
+	frames := func(n int) func() ([]byte, error) {
+		return func() ([]byte, error) {
+			if n == 0 {
+				return nil, io.ErrUnexpectedEOF // a peer that stalls, then goes away
+			}
+			n--
+			return chunkFrame(t, 0, piece), nil
+		}
+	}
+	// A first peer holds two chunks' worth, then its stream ends.
+	held := make(chan struct{})
+	release := make(chan struct{})
+	go func() {
+		next := frames(1)
+		wrapped := func() ([]byte, error) {
+			f, err := next()
+			if err != nil {
+				close(held)
+				<-release
+			}
+			return f, err
+		}
+		_, _ = joinChunks(&pb.Chunk{TotalSize: 10 * ChunkSize, Data: piece}, 0, wrapped, budget)
+	}()
+	<-held
+	// A second join fits one more chunk, then runs out of budget.
+	_, err := joinChunks(&pb.Chunk{TotalSize: 10 * ChunkSize, Data: piece}, 0, frames(5), budget)
+	if !errors.Is(err, ErrPayloadTooLarge) {
+		t.Fatalf("join past the budget: %v, want ErrPayloadTooLarge", err)
+	}
+	close(release)
+	// Both ended: the whole budget is free again.
+	deadline := time.Now().Add(5 * time.Second)
+	for !budget.TryAcquire(3 * ChunkSize) {
+		if time.Now().After(deadline) {
+			t.Fatal("the budget was not given back after the joins ended")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

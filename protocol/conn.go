@@ -10,6 +10,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol/pb"
 )
@@ -218,7 +220,7 @@ func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
 	}
 	if ch, ok := w.GetBody().(*pb.Message_Chunk); ok {
 		next := func() ([]byte, error) { return c.recvFrame(c.opts.ioTimeout()) }
-		if pt, err = joinChunks(ch.Chunk, c.opts.MaxMessage, next); err != nil {
+		if pt, err = joinChunks(ch.Chunk, c.opts.MaxMessage, next, joinBudget); err != nil {
 			return nil, nil, err
 		}
 		w.Reset()
@@ -241,11 +243,23 @@ func (c *Conn) recvFrame(timeout time.Duration) ([]byte, error) {
 	return c.open(f)
 }
 
+// joinBudget bounds the bytes that all the chunked messages being joined in
+// this process hold at once: enough for several of the largest messages,
+// and no more however many streams peers open. A join takes from it as
+// bytes arrive, so holding a share costs a peer the bandwidth to send it.
+var joinBudget = semaphore.NewWeighted(JoinBudget)
+
+// JoinBudget is the most memory, in bytes, that chunked messages being
+// joined may hold at once in one process; a join that would go past it
+// ends its stream with ErrPayloadTooLarge.
+const JoinBudget = 4 * MaxMessage
+
 // joinChunks reads the chunk frames that follow first (next returns each
 // one's plaintext) until they add up to the size first declares. Memory
-// grows with the bytes received, never past limit (MaxMessage if 0),
-// whatever size a peer declares.
-func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error)) ([]byte, error) {
+// grows with the bytes received, never past limit (MaxMessage if 0) for
+// this message nor past what budget has left for all of them, whatever
+// size a peer declares.
+func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error), budget *semaphore.Weighted) (_ []byte, err error) {
 	if limit <= 0 {
 		limit = MaxMessage
 	}
@@ -256,6 +270,8 @@ func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error)) ([]byte
 	case total > uint64(limit):
 		return nil, &fieldError{path: "chunk.total_size", err: fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, total, limit)}
 	}
+	var held int64
+	defer func() { budget.Release(held) }()
 	buf := make([]byte, 0, min(int(total), 2*ChunkSize))
 	ch := first
 	for {
@@ -263,6 +279,10 @@ func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error)) ([]byte
 		if len(data) == 0 || len(buf)+len(data) > int(total) {
 			return nil, invalid("chunk.data", "%d bytes after %d of %d", len(data), len(buf), total)
 		}
+		if !budget.TryAcquire(int64(len(data))) {
+			return nil, &fieldError{path: "chunk", err: fmt.Errorf("%w: this node is joining %d bytes of large messages already", ErrPayloadTooLarge, JoinBudget)}
+		}
+		held += int64(len(data))
 		buf = append(buf, data...)
 		if len(buf) == int(total) {
 			return buf, nil
