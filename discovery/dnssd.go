@@ -135,51 +135,6 @@ func NewDNSSD(cfg DNSSDConfig) (*DNSSD, error) {
 	return r, nil
 }
 
-// resolverAddr checks a "host:port" DNS server address; a bare IP address
-// gets port 53.
-func resolverAddr(s string) (string, error) {
-	if ip, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
-		return net.JoinHostPort(ip.String(), "53"), nil
-	}
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return "", fmt.Errorf("discovery: dnssd resolver %q: want host:port or an IP address: %v", s, err)
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return "", fmt.Errorf("discovery: dnssd resolver %q: bad port %q", s, port)
-	}
-	if host == "" {
-		return "", fmt.Errorf("discovery: dnssd resolver %q: no host", s)
-	}
-	return s, nil
-}
-
-// server is the DNS server to ask now.
-func (r *DNSSD) server() (string, error) {
-	if r.resolver != "" {
-		return r.resolver, nil
-	}
-	return systemResolver(r.resolvConf)
-}
-
-// systemResolver returns the first nameserver of a resolv.conf file.
-func systemResolver(path string) (string, error) {
-	cc, err := dns.ClientConfigFromFile(path)
-	if err != nil {
-		return "", fmt.Errorf("%w: system resolver: %v (set dnssd_resolver)", ErrResolver, err)
-	}
-	if len(cc.Servers) == 0 {
-		return "", fmt.Errorf("%w: no nameserver in %s (set dnssd_resolver)", ErrResolver, path)
-	}
-	// resolv.conf may scope an IPv6 server (fe80::1%eth0); JoinHostPort
-	// brackets it either way.
-	return net.JoinHostPort(cc.Servers[0], cc.Port), nil
-}
-
-// askFunc sends one query and returns the answer message, whatever its
-// rcode; an error means no usable answer came.
-type askFunc func(ctx context.Context, name string, qtype uint16) (*dns.Msg, error)
-
 // Lookup resolves the kith peers published under domain (see the record
 // layouts in DNSSD's doc) and returns one Hint per peer, with Source SourceDNSSD,
 // ordered by peer ID.
@@ -222,58 +177,6 @@ func canonicalDomain(domain string) (string, error) {
 		return "", fmt.Errorf("discovery: dnssd: %q is not a domain name", domain)
 	}
 	return d, nil
-}
-
-// exchange asks server one question over UDP with EDNS0, again over TCP
-// when the answer is truncated, and again without EDNS0 when the server
-// does not understand it (FORMERR without an OPT record, RFC 6891 §7).
-func (r *DNSSD) exchange(ctx context.Context, server, name string, qtype uint16) (*dns.Msg, error) {
-	q := new(dns.Msg)
-	q.SetQuestion(name, qtype)
-	q.RecursionDesired = true
-	q.SetEdns0(dnssdUDPSize, false)
-	m, err := r.exchangeNet(ctx, "udp", server, q)
-	if err == nil && m.Rcode == dns.RcodeFormatError && m.IsEdns0() == nil {
-		q.Extra = nil
-		m, err = r.exchangeNet(ctx, "udp", server, q)
-	}
-	if err == nil && m.Truncated {
-		m, err = r.exchangeNet(ctx, "tcp", server, q)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: asking %s for %s %s: %w", ErrResolver, server, name, dns.TypeToString[qtype], err)
-	}
-	if len(m.Question) != 1 || m.Question[0].Qtype != qtype || !strings.EqualFold(m.Question[0].Name, name) {
-		return nil, fmt.Errorf("%w: %s answered another question than %s %s", ErrResolver, server, name, dns.TypeToString[qtype])
-	}
-	return m, nil
-}
-
-func (r *DNSSD) exchangeNet(parent context.Context, network, server string, q *dns.Msg) (*dns.Msg, error) {
-	ctx, cancel := context.WithTimeout(parent, r.timeout)
-	defer cancel()
-	c := &dns.Client{Net: network, Timeout: r.timeout}
-	conn, err := c.DialContext(ctx, server)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	// The client honours the context's deadline but not its cancellation:
-	// closing the connection ends a read at once when ctx ends.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	m, _, err := c.ExchangeWithConnContext(ctx, q, conn)
-	var ne net.Error
-	switch {
-	case err == nil:
-	case parent.Err() != nil:
-		err = fmt.Errorf("%w (%v)", parent.Err(), err)
-	case ctx.Err() != nil || errors.As(err, &ne) && ne.Timeout():
-		// The read deadline and the close above race to end the read;
-		// either way the server did not answer in time.
-		err = fmt.Errorf("no answer within %v (%v): %w", r.timeout, err, context.DeadlineExceeded)
-	}
-	return m, err
 }
 
 // lookup holds the state of one Lookup.
@@ -401,13 +304,6 @@ func (l *lookup) follow(ctx context.Context, name string, qtype uint16) (*dns.Ms
 		return nil, nil
 	}
 	return m, nil
-}
-
-func rcodeString(rc int) string {
-	if s, ok := dns.RcodeToString[rc]; ok {
-		return s
-	}
-	return "rcode " + strconv.Itoa(rc)
 }
 
 // answers returns the records of type qtype at name in m's answer
@@ -629,104 +525,6 @@ func (l *lookup) host(ctx context.Context, target string) ([]netip.Addr, error) 
 	return ips, nil
 }
 
-// dnsaddr reads the dnsaddr= strings of the TXT records at name (answer
-// m), depth /dnsaddr/ hops below _dnsaddr.<domain>. want, when set, is
-// the only peer whose addresses count; path holds the names being
-// followed, to catch loops.
-func (l *lookup) dnsaddr(ctx context.Context, name string, m *dns.Msg, want peer.ID, depth int, path map[string]bool) error {
-	for _, rr := range l.answers(m, name, dns.TypeTXT) {
-		rec, ok := rr.(*dns.TXT)
-		if !ok {
-			continue
-		}
-		for _, s := range rec.Txt {
-			v, ok := strings.CutPrefix(s, txtAddr+"=")
-			if !ok {
-				continue // not ours
-			}
-			if err := l.dnsaddrString(ctx, name, v, want, depth, path); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (l *lookup) dnsaddrString(ctx context.Context, name, v string, want peer.ID, depth int, path map[string]bool) error {
-	a, err := ma.NewMultiaddr(v)
-	if err != nil {
-		l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", err)
-		return nil
-	}
-	first, rest := ma.SplitFirst(a)
-	if first == nil {
-		l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "empty")
-		return nil
-	}
-	if first.Code() != ma.P_DNSADDR {
-		transport, last := ma.SplitLast(a)
-		if last == nil || last.Code() != ma.P_P2P || len(transport) == 0 {
-			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "want a multiaddr ending in /p2p/<peer id>")
-			return nil
-		}
-		id, err := peer.IDFromBytes(last.RawValue())
-		if err != nil {
-			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", err)
-			return nil
-		}
-		if want != "" && id != want {
-			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "names peer "+id.String()+", not "+want.String())
-			return nil
-		}
-		if f := l.peer(id); f != nil {
-			l.addAddr(id, f, transport)
-		}
-		return nil
-	}
-
-	// /dnsaddr/<host>[/p2p/<id>]: follow _dnsaddr.<host>.
-	next := want
-	if rest != nil {
-		c, more := ma.SplitFirst(rest)
-		var id peer.ID
-		if c != nil && c.Code() == ma.P_P2P {
-			id, err = peer.IDFromBytes(c.RawValue())
-		}
-		if c == nil || c.Code() != ma.P_P2P || len(more) > 0 || err != nil {
-			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "only /p2p/<peer id> may follow /dnsaddr/<host>")
-			return nil
-		}
-		if want != "" && id != want {
-			l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", "names peer "+id.String()+", not "+want.String())
-			return nil
-		}
-		next = id
-	}
-	child, err := canonicalDomain(first.Value())
-	if err != nil {
-		l.drop("bad_dnsaddr", "name", name, "dnsaddr", v, "err", err)
-		return nil
-	}
-	child = dnsaddrPrefix + child
-	if depth+1 > dnssdMaxDepth || path[child] {
-		l.drop("too_deep", "name", name, "dnsaddr", v, "depth", depth+1)
-		return nil
-	}
-	key := child + " " + next.String()
-	if l.dnsaddrs[key] {
-		return nil // already followed from elsewhere: nothing new there
-	}
-	l.dnsaddrs[key] = true
-	m, err := l.follow(ctx, child, dns.TypeTXT)
-	if err != nil || m == nil {
-		return err
-	}
-	path[child] = true
-	defer delete(path, child)
-	return l.dnsaddr(ctx, child, m, next, depth+1, path)
-}
-
-// peer returns the state of peer id, creating it; nil once the lookup
 // holds dnssdMaxPeers peers (the new one counted as too_many).
 func (l *lookup) peer(id peer.ID) *found {
 	if f, ok := l.peers[id]; ok {

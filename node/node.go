@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -167,31 +168,75 @@ func (n *Node) SocketPath() string { return n.cfg.SocketPath(n.home) }
 // Run starts the node and serves until ctx ends, then stops everything in
 // order (API, engine, host, store) and returns.
 func (n *Node) Run(ctx context.Context) (err error) {
-	id, err := readIdentity(n.home)
+	b, err := n.build()
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(n.cfg.StorePath(n.home), store.Options{
+	defer func() { err = errors.Join(err, b.close()) }()
+	return n.serve(ctx, b)
+}
+
+// built is what a node holds open while it runs: everything build made,
+// and how to close it.
+type built struct {
+	id      *crypto.Identity
+	st      *store.Store
+	h       host.Host
+	natSub  event.Subscription
+	gate    *gater
+	fnd     *finder
+	eng     *delegation.Engine
+	inv     gpu.Inventory
+	ledger  *gpu.Ledger
+	noGPU   string
+	closers []func() error // in the order opened; close runs them backwards
+}
+
+func (b *built) onClose(f func() error) { b.closers = append(b.closers, f) }
+
+// close releases what build opened, newest first.
+func (b *built) close() error {
+	var errs []error
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		errs = append(errs, b.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// build opens the node's identity, store and libp2p host, listens, and
+// makes the delegation engine. It starts nothing that runs on its own; on
+// an error it closes what it opened.
+func (n *Node) build() (_ *built, err error) {
+	b := &built{}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, b.close())
+		}
+	}()
+	if b.id, err = readIdentity(n.home); err != nil {
+		return nil, err
+	}
+	b.st, err = store.Open(n.cfg.StorePath(n.home), store.Options{
 		Logger: cmp.Or(n.opts.StoreLogger, n.opts.Logger), NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
 		Metrics: n.metrics.store,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer func() { err = errors.Join(err, st.Close()) }()
+	b.onClose(b.st.Close)
 
-	known, err := st.ListPeers()
+	known, err := b.st.ListPeers()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	gate := newGater(n.cfg.Policy.Mode, known)
+	b.gate = newGater(n.cfg.Policy.Mode, known)
 	rm, err := resourceManager(n.cfg.Limits)
 	if err != nil {
-		return fmt.Errorf("node: resource manager: %w", err)
+		return nil, fmt.Errorf("node: resource manager: %w", err)
 	}
-	h, err := libp2p.New(append([]libp2p.Option{
-		libp2p.Identity(id.Libp2pKey()),
-		libp2p.ConnectionGater(gate),
+	b.h, err = libp2p.New(append([]libp2p.Option{
+		libp2p.Identity(b.id.Libp2pKey()),
+		libp2p.ConnectionGater(b.gate),
 		libp2p.ResourceManager(rm),
 		// Listening happens below, address by address: libp2p's own
 		// listen succeeds when any one address binds.
@@ -199,33 +244,33 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(quic.NewTransport),
 		libp2p.UserAgent("kith/" + Version),
-	}, n.natOptions(gate)...)...)
+	}, n.natOptions(b.gate)...)...)
 	if err != nil {
-		return fmt.Errorf("node: libp2p host: %w", err)
+		return nil, fmt.Errorf("node: libp2p host: %w", err)
 	}
-	defer func() { err = errors.Join(err, h.Close()) }()
-	if err := listen(h, n.cfg.Listen); err != nil {
-		return err
+	b.onClose(b.h.Close)
+	if err := listen(b.h, n.cfg.Listen); err != nil {
+		return nil, err
 	}
-	natSub, err := natEvents(h)
-	if err != nil {
-		return fmt.Errorf("node: event subscription: %w", err)
+	if b.natSub, err = natEvents(b.h); err != nil {
+		return nil, fmt.Errorf("node: event subscription: %w", err)
 	}
-	defer natSub.Close()
+	b.onClose(b.natSub.Close)
 
 	profs, err := profiles(n.cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fnd := &finder{h: h, st: st}
-	inv, ledger, closeGPU, noGPU := openGPU(n.cfg.GPU)
-	defer closeGPU()
-	if ledger == nil {
-		n.log.Info("no GPU inventory; profiles that need VRAM will be refused", "reason", noGPU)
+	b.fnd = &finder{h: b.h, st: b.st}
+	var closeGPU func()
+	b.inv, b.ledger, closeGPU, b.noGPU = openGPU(n.cfg.GPU)
+	b.onClose(func() error { closeGPU(); return nil })
+	if b.ledger == nil {
+		n.log.Info("no GPU inventory; profiles that need VRAM will be refused", "reason", b.noGPU)
 	}
-	eng, err := delegation.New(delegation.Config{
-		Identity: id, Store: st, Dialer: hostDialer{h, fnd}, Finder: fnd, Ledger: ledger,
-		Latency:  h.Peerstore().LatencyEWMA,
+	b.eng, err = delegation.New(delegation.Config{
+		Identity: b.id, Store: b.st, Dialer: hostDialer{b.h, b.fnd}, Finder: b.fnd, Ledger: b.ledger,
+		Latency:  b.h.Peerstore().LatencyEWMA,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger, Registerer: n.metrics.reg,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
 		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
@@ -245,16 +290,23 @@ func (n *Node) Run(ctx context.Context) (err error) {
 		},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for name, hf := range n.opts.Handlers {
 		// Go handlers spend what they like: like every executor but
 		// echo, only named peers may use them.
-		if err := eng.Register(name, hf, func(p *delegation.Profile) { p.MinTrust = NamedPeerTrust }); err != nil {
-			return err
+		if err := b.eng.Register(name, hf, func(p *delegation.Profile) { p.MinTrust = NamedPeerTrust }); err != nil {
+			return nil, err
 		}
 	}
+	return b, nil
+}
 
+// serve runs what build made until ctx ends: the API socket and HTTP
+// listener, the engine, discovery, static peers, NAT upkeep. It owns every
+// goroutine it starts and returns once they have all stopped.
+func (n *Node) serve(ctx context.Context, b *built) error {
+	id, st, h, eng := b.id, b.st, b.h, b.eng
 	ln, err := listenSocket(n.SocketPath())
 	if err != nil {
 		return err
@@ -262,15 +314,16 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	api := &http.Server{Handler: n.socketHandler(), ReadHeaderTimeout: 10 * time.Second}
 
 	g, gctx := errgroup.WithContext(ctx)
-	disc, err := newDiscoverer(gctx, n, h, st, eng, gate)
+	disc, err := newDiscoverer(gctx, n, h, st, eng, b.gate)
 	if err != nil {
+		ln.Close()
 		return err
 	}
-	fnd.disc = disc
+	b.fnd.disc = disc
 
 	n.mu.Lock()
-	n.id, n.st, n.host, n.eng, n.gater, n.disc = id, st, h, eng, gate, disc
-	n.gpuInv, n.ledger, n.gpuReason = inv, ledger, noGPU
+	n.id, n.st, n.host, n.eng, n.gater, n.disc = id, st, h, eng, b.gate, disc
+	n.gpuInv, n.ledger, n.gpuReason = b.inv, b.ledger, b.noGPU
 	n.mu.Unlock()
 
 	var httpSrv *http.Server
@@ -306,7 +359,7 @@ func (n *Node) Run(ctx context.Context) (err error) {
 	g.Go(func() error { n.connectStatic(gctx, h, st); return nil })
 	g.Go(func() error { n.maintain(gctx, st); return nil })
 	g.Go(func() error { disc.run(gctx, n); return nil })
-	g.Go(func() error { n.runNAT(gctx, h, natSub); return nil })
+	g.Go(func() error { n.runNAT(gctx, h, b.natSub); return nil })
 	n.log.Info("node started", "peer_id", id.PeerID(), "addrs", n.Addrs(), "socket", n.SocketPath(), "http", n.HTTPAddr())
 	if a := n.HTTPAddr(); a != "" {
 		n.log.Info("dashboard", "url", DashboardURL(a))
