@@ -98,7 +98,7 @@ type Config struct {
 	QueriesPerSecond float64
 	QueryBurst       int
 
-	MaxRemoteConcurrent int // remote delegations run at once; 4 if 0
+	MaxRemoteConcurrent int // remote delegations run at once; DefaultMaxRemoteConcurrent if 0
 	// MaxRemotePerPeer caps the remote slots one peer may hold, so that a
 	// flooding peer cannot take them all; half of MaxRemoteConcurrent
 	// (at least 1) if 0.
@@ -108,9 +108,9 @@ type Config struct {
 	// pool from the peers the user verified or trusted; a quarter of
 	// MaxRemoteConcurrent (at least 1) if 0, none if negative.
 	MaxUntrustedRemote int
-	DefaultTimeout     time.Duration // 5m if 0
-	MaxTimeout         time.Duration // 1h if 0
-	DefaultHopLimit    uint32        // 4 if 0
+	DefaultTimeout     time.Duration // DefaultTimeout if 0
+	MaxTimeout         time.Duration // DefaultMaxTimeout if 0
+	DefaultHopLimit    uint32        // DefaultHopLimit if 0
 	CapabilityTTL      time.Duration // lifetime of signed capability assertions; 5m if 0
 	Conn               protocol.ConnOptions
 	// ReattachBackoff is the first wait between reattach attempts; it
@@ -122,9 +122,18 @@ type Config struct {
 	Now     func() time.Time
 }
 
+// The engine's defaults. node/config's Default() reads them, so a node
+// and an engine built without a config agree.
+const (
+	DefaultMaxRemoteConcurrent = 4
+	DefaultTimeout             = 5 * time.Minute
+	DefaultMaxTimeout          = time.Hour
+	DefaultHopLimit            = 4
+)
+
 func (c *Config) setDefaults() {
 	if c.MaxRemoteConcurrent <= 0 {
-		c.MaxRemoteConcurrent = 4
+		c.MaxRemoteConcurrent = DefaultMaxRemoteConcurrent
 	}
 	if c.MaxRemotePerPeer <= 0 {
 		c.MaxRemotePerPeer = max(1, c.MaxRemoteConcurrent/2)
@@ -137,13 +146,13 @@ func (c *Config) setDefaults() {
 	}
 	c.MaxUntrustedRemote = min(c.MaxUntrustedRemote, c.MaxRemoteConcurrent)
 	if c.DefaultTimeout <= 0 {
-		c.DefaultTimeout = 5 * time.Minute
+		c.DefaultTimeout = DefaultTimeout
 	}
 	if c.MaxTimeout <= 0 {
-		c.MaxTimeout = time.Hour
+		c.MaxTimeout = DefaultMaxTimeout
 	}
 	if c.DefaultHopLimit == 0 {
-		c.DefaultHopLimit = 4
+		c.DefaultHopLimit = DefaultHopLimit
 	}
 	if c.CapabilityTTL <= 0 {
 		c.CapabilityTTL = 5 * time.Minute

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -406,11 +407,11 @@ func Default() Config {
 		Limits: Limits{
 			MaxFrameBytes:        protocol.DefaultMaxFrame,
 			StreamIdleTimeout:    Duration(30 * time.Second),
-			MaxRemoteConcurrent:  4,
+			MaxRemoteConcurrent:  delegation.DefaultMaxRemoteConcurrent,
 			UntrustedRemoteSlots: 1,
-			DefaultTimeout:       Duration(5 * time.Minute),
-			MaxTimeout:           Duration(time.Hour),
-			DefaultHopLimit:      4,
+			DefaultTimeout:       Duration(delegation.DefaultTimeout),
+			MaxTimeout:           Duration(delegation.DefaultMaxTimeout),
+			DefaultHopLimit:      delegation.DefaultHopLimit,
 			EnvelopeMaxSkew:      Duration(30 * time.Second),
 			ReplayCacheEntries:   crypto.DefaultMaxReplayEntries,
 			OffersPerSecond:      10,
