@@ -90,6 +90,20 @@ func TestCmdImportsOnlyNode(t *testing.T) {
 	}
 }
 
+// TestWireTypesStayInProtocol: the generated protobuf types are protocol's
+// business; everything above it works with domain types and explicit
+// conversions (STYLE 3).
+func TestWireTypesStayInProtocol(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if topLevel(p.ImportPath) == "protocol" {
+			continue
+		}
+		if slices.Contains(p.Imports, module+"/protocol/pb") {
+			t.Errorf("%s imports protocol/pb; use protocol's domain types", p.ImportPath)
+		}
+	}
+}
+
 func TestImportDirection(t *testing.T) {
 	for _, problem := range importViolations(listPackages(t)) {
 		t.Error(problem)
