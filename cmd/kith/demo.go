@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kithmesh/kith/node"
+	"github.com/kithmesh/kith/node/demo"
 )
 
 func demoCmd() *cobra.Command {
@@ -17,7 +17,7 @@ func demoCmd() *cobra.Command {
 			if len(args) > 0 {
 				text = strings.Join(args, " ")
 			}
-			return node.Demo(cmd.Context(), cmd.OutOrStdout(), text)
+			return demo.Run(cmd.Context(), cmd.OutOrStdout(), text)
 		},
 	}
 }

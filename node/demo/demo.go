@@ -1,4 +1,7 @@
-package node
+// Package demo is "kith demo": two nodes on loopback with temporary
+// homes, one task delegated between them through the real stack, every
+// message printed as it crosses, then the verified result proof.
+package demo
 
 import (
 	"context"
@@ -12,17 +15,19 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 
 	"github.com/kithmesh/kith/delegation"
+	"github.com/kithmesh/kith/node"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
 )
 
-// Demo starts two nodes on loopback with temporary homes, delegates one
+// Run starts two nodes on loopback with temporary homes, delegates one
 // task from the first to the second through the real stack (libp2p, the
 // sealed envelope, durable stores), and writes each message type as it
 // crosses the wire, then the verified result proof.
-func Demo(ctx context.Context, w io.Writer, text string) error {
+func Run(ctx context.Context, w io.Writer, text string) error {
 	tmp, err := os.MkdirTemp("", "kith-demo-")
 	if err != nil {
 		return err
@@ -41,19 +46,19 @@ func Demo(ctx context.Context, w io.Writer, text string) error {
 			fmt.Fprintf(w, "  %-5s → %-5s  %s\n", self, names[remote], m.Type())
 		}
 	}
-	start := func(name string) (*Node, <-chan error, error) {
+	start := func(name string) (*node.Node, <-chan error, error) {
 		home := filepath.Join(tmp, name)
-		if _, err := Init(home, []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}); err != nil {
+		if _, err := node.Init(home, []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}); err != nil {
 			return nil, nil, err
 		}
-		cfg, err := LoadConfig(home)
+		cfg, err := node.LoadConfig(home)
 		if err != nil {
 			return nil, nil, err
 		}
 		// Two nodes on loopback: nothing to discover or map, and nothing
 		// may multicast out of the machine.
 		cfg.Discovery.MDNS, cfg.Discovery.DHT, cfg.NAT.PortMapping = false, config.DHTOff, false
-		n, err := New(home, cfg, Options{Trace: trace(name)})
+		n, err := node.New(home, cfg, node.Options{Trace: trace(name)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -86,11 +91,17 @@ func Demo(ctx context.Context, w io.Writer, text string) error {
 	for _, a := range bob.Addrs() {
 		fmt.Fprintf(w, "      %s\n", a)
 	}
-	ai, err := AddPeerToStore(alice.Store(), bob.Addrs()[0], "static")
+	ai, err := node.AddPeerToStore(alice.Store(), bob.Addrs()[0], "static")
 	if err != nil {
 		return err
 	}
-	alice.connectNow(ai)
+	alice.Host().Peerstore().AddAddrs(ai.ID, ai.Addrs, peerstore.PermanentAddrTTL)
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	err = alice.Host().Connect(cctx, ai)
+	ccancel()
+	if err != nil {
+		return fmt.Errorf("alice cannot reach bob: %w", err)
+	}
 
 	fmt.Fprintf(w, "\nalice delegates %q to bob (profile echo):\n", text)
 	eng := alice.Engine()
