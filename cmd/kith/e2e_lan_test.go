@@ -8,8 +8,6 @@ package main
 // their default settings.
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -40,24 +38,12 @@ func lanIP(i int) string { return fmt.Sprintf("10.77.0.%d", i+1) }
 // helpers, so cleanup is the same: every namespace is deleted, pass or fail.
 func newLANLab(t *testing.T, n int) *natLab {
 	t.Helper()
-	b := make([]byte, 4)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	l := &natLab{t: t, suffix: hex.EncodeToString(b)}
-	t.Cleanup(l.remove)
-	add := func(role string) string {
-		ns := l.ns(role)
-		l.ip("netns", "add", ns)
-		l.made = append(l.made, ns)
-		l.ip("-n", ns, "link", "set", "dev", "lo", "up")
-		return ns
-	}
-	br := add("lanbr")
+	l := emptyLab(t)
+	br := l.addNS("lanbr")
 	l.ip("-n", br, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
 	l.ip("-n", br, "link", "set", "dev", "br0", "up")
 	for i := range n {
-		ns := add(fmt.Sprintf("lan%d", i))
+		ns := l.addNS(fmt.Sprintf("lan%d", i))
 		port := fmt.Sprintf("v%d", i)
 		l.ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", br)
 		l.ip("-n", ns, "addr", "add", lanIP(i)+"/24", "dev", "eth0")

@@ -83,9 +83,9 @@ const (
 	nsHostB = "hostB"
 )
 
-// newNATLab builds the lab with both routers masquerading the given way
-// (natPortPreserving or natFullyRandom).
-func newNATLab(t *testing.T, masquerade string) *natLab {
+// emptyLab is a lab with a fresh name suffix and no namespaces yet; every
+// namespace added to it is deleted at cleanup, pass or fail.
+func emptyLab(t *testing.T) *natLab {
 	t.Helper()
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
@@ -93,10 +93,26 @@ func newNATLab(t *testing.T, masquerade string) *natLab {
 	}
 	l := &natLab{t: t, suffix: hex.EncodeToString(b)}
 	t.Cleanup(l.remove)
+	return l
+}
+
+// addNS creates the namespace of role, with its loopback up, and returns
+// its name.
+func (l *natLab) addNS(role string) string {
+	ns := l.ns(role)
+	l.ip("netns", "add", ns)
+	l.made = append(l.made, ns)
+	l.ip("-n", ns, "link", "set", "dev", "lo", "up")
+	return ns
+}
+
+// newNATLab builds the lab with both routers masquerading the given way
+// (natPortPreserving or natFullyRandom).
+func newNATLab(t *testing.T, masquerade string) *natLab {
+	t.Helper()
+	l := emptyLab(t)
 	for _, role := range []string{nsInet, nsRelay, nsNATA, nsNATB, nsHostA, nsHostB} {
-		l.ip("netns", "add", l.ns(role))
-		l.made = append(l.made, l.ns(role))
-		l.ip("-n", l.ns(role), "link", "set", "dev", "lo", "up")
+		l.addNS(role)
 	}
 	inet := l.ns(nsInet)
 	l.ip("-n", inet, "link", "add", "br0", "type", "bridge")
