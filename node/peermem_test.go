@@ -24,27 +24,36 @@ import (
 )
 
 // The peer swarm of BenchmarkMemoryPerPeer runs in a child process (this
-// test binary, re-run with these variables), so that the node's heap holds
+// test binary, re-run with these variables: see TestMain), so that the node's heap holds
 // only its own side of each connection.
 const (
 	swarmTarget = "KITH_PEER_SWARM_TARGET" // the node's multiaddr with /p2p/
 	swarmSize   = "KITH_PEER_SWARM_N"
 )
 
-// TestPeerSwarm is the child process of BenchmarkMemoryPerPeer; run alone
-// it skips.
-func TestPeerSwarm(t *testing.T) {
-	target := os.Getenv(swarmTarget)
-	if target == "" {
-		t.Skip("the child process of BenchmarkMemoryPerPeer (go test -bench MemoryPerPeer ./node)")
+// TestMain runs the peer swarm instead of the tests when
+// BenchmarkMemoryPerPeer starts this binary as its child.
+func TestMain(m *testing.M) {
+	if target := os.Getenv(swarmTarget); target != "" {
+		if err := runSwarm(target, os.Getenv(swarmSize)); err != nil {
+			fmt.Fprintln(os.Stderr, "peer swarm:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
-	n, err := strconv.Atoi(os.Getenv(swarmSize))
+	os.Exit(m.Run())
+}
+
+// runSwarm connects n peers to target, says so on stdout, and holds them
+// until stdin closes.
+func runSwarm(target, size string) error {
+	n, err := strconv.Atoi(size)
 	if err != nil || n < 1 {
-		t.Fatalf("%s=%q: want a positive number", swarmSize, os.Getenv(swarmSize))
+		return fmt.Errorf("%s=%q: want a positive number", swarmSize, size)
 	}
 	ai, err := peer.AddrInfoFromString(target)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -56,21 +65,22 @@ func TestPeerSwarm(t *testing.T) {
 			libp2p.UserAgent("kith/"+Version),
 		)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		defer h.Close()
 		// A kith node speaks gossipsub and the private DHT with each
 		// peer: so do the swarm's peers, so that the node keeps the
 		// state it keeps for a real one.
 		if err := joinLikeANode(ctx, h); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if err := h.Connect(ctx, *ai); err != nil {
-			t.Fatalf("peer %d: %v", i, err)
+			return fmt.Errorf("peer %d: %w", i, err)
 		}
 	}
 	fmt.Println("swarm connected")
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
+	return nil
 }
 
 func joinLikeANode(ctx context.Context, h host.Host) error {
@@ -170,7 +180,7 @@ func peerMemory(b *testing.B, h host.Host, transport, profile string) memPerPeer
 	if target == "" {
 		b.Fatalf("host has no %s address: %v", transport, h.Addrs())
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerSwarm$", "-test.v")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), swarmTarget+"="+target, swarmSize+"="+strconv.Itoa(swarmPeers))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
