@@ -77,7 +77,7 @@ func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, e
 		wrong:    map[peer.ID][]string{},
 	}
 	if d.cfg.DHT != config.DHTOff {
-		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT, Logger: d.log, Counters: d.counters})
+		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT.String(), Logger: d.log, Counters: d.counters})
 		if err != nil {
 			return nil, err
 		}

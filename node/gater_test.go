@@ -146,7 +146,7 @@ func TestMalformedPeerIDChangesNothing(t *testing.T) {
 // not_allowed, and serves it once trusted.
 func TestTrustPolicyOnRealHosts(t *testing.T) {
 	b := startWith(t, func(c *config.Config) {
-		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: "verified"})
+		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: config.TrustVerified})
 	})
 	a := startWith(t, nil)
 	if err := connect(a, b); err != nil {

@@ -80,7 +80,7 @@ func series(t *testing.T, body []byte) map[string]float64 {
 func TestMetricsMoveWithEvents(t *testing.T) {
 	b := startWith(t, func(c *config.Config) {
 		c.API.Listen = "127.0.0.1:0"
-		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: "verified"})
+		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: config.TrustVerified})
 	})
 	a := startWith(t, nil)
 	denied := startWith(t, nil)

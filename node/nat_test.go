@@ -201,7 +201,7 @@ func TestStaticRelayReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs.Reachability != "public" || !rs.RelayService || rs.RelayPolicy != config.PolicyOpen {
+	if rs.Reachability != "public" || !rs.RelayService || rs.RelayPolicy != config.PolicyOpen.String() {
 		t.Fatalf("relay status %+v", rs)
 	}
 }

@@ -273,7 +273,7 @@ func (n *Node) build() (_ *built, err error) {
 		Latency:  b.h.Peerstore().LatencyEWMA,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger, Registerer: n.metrics.reg,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
-		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
+		QueryTrust:          n.cfg.Policy.QueryTrust.Level(),
 		OffersPerSecond:     n.cfg.Limits.OffersPerSecond,
 		OfferBurst:          n.cfg.Limits.OfferBurst,
 		QueriesPerSecond:    n.cfg.Limits.QueriesPerSecond,

@@ -439,10 +439,10 @@ func TestE2EConfigAndDaemonErrors(t *testing.T) {
 		t.Fatalf("daemon --check passed a bad config; %v", r)
 	}
 	for _, want := range []string{
-		cfg + ":9: profiles[0].vram_mib: -5 is negative",
-		cfg + ":10: profiles[0].min_trust: wrong type: want a string, got a TOML integer",
-		cfg + `:1: log_level: "chatty" is not a level`,
-		cfg + ":4: limits.default_hop_limit: 99 is out of range",
+		cfg + ":9:12: profiles[0].vram_mib: -5 is negative",
+		cfg + `:10:13: profiles[0].min_trust: wrong type: want one of "untrusted", "verified" or "trusted", got a TOML integer`,
+		cfg + `:1:13: log_level: "chatty" is not a level; want "debug", "info", "warn" or "error"`,
+		cfg + ":4:21: limits.default_hop_limit: 99 is out of range",
 	} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("daemon --check: stderr lacks %q; %v", want, r)
