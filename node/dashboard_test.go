@@ -132,7 +132,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// Two peers arrive while the page is open: a requester and a hostile one.
 	a := startWith(t, nil)
-	change(t, b, a.PeerID(), api.PeerChange{Trust: "verified"})
+	change(t, b, a.PeerID(), api.PeerChange{Trust: new(api.Verified)})
 	if err := connect(a, b); err != nil {
 		t.Fatal(err)
 	}
@@ -173,10 +173,10 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range peers {
-		if want := "none"; p.ID == a.PeerID().String() && p.Access != want {
+		if want := api.AccessNone; p.ID == a.PeerID().String() && p.Access != want {
 			t.Errorf("requester access %q, want %q", p.Access, want)
 		}
-		if p.ID == rogue.ID().String() && p.Access != "deny" {
+		if p.ID == rogue.ID().String() && p.Access.String() != "deny" {
 			t.Errorf("hostile peer access %q after the click, want deny", p.Access)
 		}
 	}

@@ -611,8 +611,8 @@ func (n *Node) handleDiscovery(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		e := api.DiscoveredPeer{
-			ID: id.String(), Sources: d.sourcesOf(id, p.Sources), Addrs: p.Addrs, Trust: p.Trust.String(),
-			Access: p.Access.String(), Connected: d.h.Network().Connectedness(id) == network.Connected,
+			ID: id.String(), Sources: d.sourcesOf(id, p.Sources), Addrs: p.Addrs, Trust: p.Trust,
+			Access: p.Access, Connected: d.h.Network().Connectedness(id) == network.Connected,
 			Profiles: []string{}, LastSeen: p.LastSeen, Provider: providers[id],
 		}
 		if err := unreachable[id]; err != nil {

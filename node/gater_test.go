@@ -88,7 +88,7 @@ func TestDenyClosesAndRefuses(t *testing.T) {
 	if err := connect(a, b); err != nil {
 		t.Fatal(err)
 	}
-	change(t, b, a.PeerID(), api.PeerChange{Access: "deny"})
+	change(t, b, a.PeerID(), api.PeerChange{Access: new(api.AccessDeny)})
 	// The live connection is closed at once, on both ends.
 	waitUntil(t, "the denied peer's connection is closed", func() bool { return !connected(a, b) && !connected(b, a) })
 	// And it cannot come back: not by accept, not by dial.
@@ -119,7 +119,7 @@ func TestAllowlistMode(t *testing.T) {
 	if connected(b, a) {
 		t.Fatal("allowlist node kept a connection from an unknown peer")
 	}
-	change(t, b, a.PeerID(), api.PeerChange{Access: "allow"})
+	change(t, b, a.PeerID(), api.PeerChange{Access: new(api.AccessAllow)})
 	if err := connect(a, b); err != nil {
 		t.Fatalf("allowed peer refused: %v", err)
 	}
@@ -133,7 +133,7 @@ func TestMalformedPeerIDChangesNothing(t *testing.T) {
 	n := startWith(t, nil)
 	c := api.NewClient(n.SocketPath())
 	defer c.Close()
-	err := c.ChangePeer(context.Background(), "not-a-peer", api.PeerChange{Access: "deny"})
+	err := c.ChangePeer(context.Background(), "not-a-peer", api.PeerChange{Access: new(api.AccessDeny)})
 	if err == nil || !strings.Contains(err.Error(), "not a peer ID") {
 		t.Fatalf("got %v", err)
 	}
@@ -169,7 +169,7 @@ func TestTrustPolicyOnRealHosts(t *testing.T) {
 	if state, reason := run(); state != "rejected" || !strings.HasPrefix(reason, "not_allowed") {
 		t.Fatalf("untrusted: %s %q, want rejected not_allowed", state, reason)
 	}
-	change(t, b, a.PeerID(), api.PeerChange{Trust: "verified"})
+	change(t, b, a.PeerID(), api.PeerChange{Trust: new(api.Verified)})
 	if state, reason := run(); state != "completed" {
 		t.Fatalf("verified: %s %q", state, reason)
 	}

@@ -120,7 +120,7 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	_, _ = io.ReadAll(s)
 
 	// A denied peer knocks.
-	change(t, b, denied.PeerID(), api.PeerChange{Access: "deny"})
+	change(t, b, denied.PeerID(), api.PeerChange{Access: new(api.AccessDeny)})
 	if err := connect(denied, b); err == nil {
 		waitUntil(t, "B drops the denied peer", func() bool { return !connected(denied, b) })
 	}

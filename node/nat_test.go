@@ -74,8 +74,8 @@ func TestRelayAllowlist(t *testing.T) {
 	})
 	info := peer.AddrInfo{ID: relay.PeerID(), Addrs: relay.Host().Addrs()}
 	allowed, friend, stranger := plainHost(t), plainHost(t), plainHost(t)
-	change(t, relay, allowed.ID(), api.PeerChange{Access: "allow"})
-	change(t, relay, friend.ID(), api.PeerChange{Access: "allow"})
+	change(t, relay, allowed.ID(), api.PeerChange{Access: new(api.AccessAllow)})
+	change(t, relay, friend.ID(), api.PeerChange{Access: new(api.AccessAllow)})
 
 	// The relay service starts once the host has taken in its (declared)
 	// public reachability: retry until it answers.

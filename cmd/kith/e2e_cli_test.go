@@ -59,7 +59,7 @@ func TestE2EDelegateInputs(t *testing.T) {
 	if got, err := os.ReadFile(out); err != nil || string(got) != big {
 		t.Errorf("--output file: %d bytes (err %v), want exactly the %d-byte task", len(got), err, len(big))
 	}
-	if d := a.delegation(delegationID(t, r)); d.State != "completed" {
+	if d := a.delegation(delegationID(t, r)); d.State.String() != "completed" {
 		t.Errorf("2 MiB delegation: state %s, want completed", d.State)
 	}
 

@@ -314,7 +314,7 @@ func TestDNSSDDaemonFindsPublishedNode(t *testing.T) {
 		t.Fatalf("delegate printed %q, want hello; %v", got, r)
 	}
 	d := showJSON(t, b, delegationID(t, r))
-	if d.Peer != a.id || !d.Remote || d.State != "completed" {
+	if d.Peer != a.id || !d.Remote || d.State.String() != "completed" {
 		t.Fatalf("the delegation ran at %q (remote %v, %s), want node a %s", d.Peer, d.Remote, d.State, a.id)
 	}
 
