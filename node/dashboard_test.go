@@ -20,6 +20,7 @@ import (
 
 	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
@@ -38,10 +39,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("KITH_BROWSER_REQUIRED") == "1" {
-		t.Fatal("chromium not found and KITH_BROWSER_REQUIRED=1 (apt-get install chromium)")
-	}
-	t.Skip("chromium not found (apt-get install chromium)")
+	labtest.Lacking(t, labtest.BrowserRequired, "chromium not found (apt-get install chromium)")
 	return ""
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/store"
@@ -80,7 +81,7 @@ func TestRelayAllowlist(t *testing.T) {
 	// The relay service starts once the host has taken in its (declared)
 	// public reachability: retry until it answers.
 	var err error
-	waitUntil(t, "the relay grants the allowed peer a reservation", func() bool {
+	labtest.WaitFor(t, 10*time.Second, "the relay grants the allowed peer a reservation", func() bool {
 		err = reserve(allowed, info)
 		return err == nil
 	})

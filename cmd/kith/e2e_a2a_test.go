@@ -23,6 +23,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/gateway"
 )
@@ -45,10 +46,7 @@ func needInterop(t *testing.T) string {
 	if why == "" {
 		return nodeBin
 	}
-	if os.Getenv("KITH_A2A_INTEROP_REQUIRED") == "1" {
-		t.Fatalf("A2A interop test cannot run: %s", why)
-	}
-	t.Skipf("A2A interop test: %s", why)
+	labtest.Lacking(t, labtest.InteropRequired, "A2A interop test cannot run: "+why)
 	return ""
 }
 
