@@ -347,6 +347,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("[[profiles]]\nname = \"x\"\nexecutor = \"exec\"\ncommand = [\"/bin/cat\"]\nenv = [\"A=1\"]\n"))
 	f.Add([]byte("[limits]\ndefault_timeout = \"1h30m\"\nmax_timeout = \"2h\"\n"))
 	f.Add([]byte("system = '''\nx = 1\n'''\n[store]\n[[profiles]]\n"))
+	// Every way TOML writes a key, for the position index.
+	f.Add([]byte("[\"limits\"]\n\"max_frame_bytes\" = 1\nlimits.x.y = [1, {a = 2}]\nprofiles = [{name = \"a\", executor = \"shell\", min_trust = 3}]\n"))
+	f.Add([]byte("[[profiles]]\nname = \"a\"\n[profiles.sub]\nk = true\n[[profiles]]\nname = \"a\"\nname = \"b\"\nlog_level = [\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
