@@ -23,7 +23,7 @@ func TestRunReportIsWellFormed(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
 	r, err := Run(ctx, Options{
-		Duration: 200 * time.Millisecond, Warmup: 20 * time.Millisecond,
+		Duration: 500 * time.Millisecond, Warmup: 20 * time.Millisecond,
 		Concurrency: []int{4, 1}, Payload: 100, Dir: dir, FsyncSamples: 20,
 		// The second is more than an in-memory store holds: skipped there.
 		Large: []int{200 << 10, 600 << 10}, LargeRuns: 1,
@@ -52,7 +52,7 @@ func TestRunReportIsWellFormed(t *testing.T) {
 		if p.Ops <= 0 || p.Errors != 0 {
 			t.Errorf("%s at %d: %d ops, %d errors (%s)", name, p.Concurrency, p.Ops, p.Errors, p.FirstError)
 		}
-		if p.OpsPerSec <= 0 || p.Window != 200*time.Millisecond {
+		if p.OpsPerSec <= 0 || p.Window != 500*time.Millisecond {
 			t.Errorf("%s at %d: %.1f ops/s over %s", name, p.Concurrency, p.OpsPerSec, p.Window)
 		}
 		if p.RoundTrip.Samples != p.Ops {
