@@ -280,7 +280,9 @@ func (s *Initiator) Settle() {
 func (s *Initiator) Seal(plaintext []byte) ([]byte, error) { return s.AppendSeal(nil, plaintext) }
 
 // AppendSeal appends one sealed opener→responder frame to dst, so a writer
-// can build the wire frame (length prefix, then this) in one buffer.
+// can build the wire frame (length prefix, then this) in one buffer. The
+// plaintext may lie exactly where its ciphertext goes, at
+// dst[len(dst)+8:] within dst's capacity: it is then sealed in place.
 func (s *Initiator) AppendSeal(dst, plaintext []byte) ([]byte, error) {
 	if s.fwd != nil {
 		return sealDirect(s.fwd, s.aad, &s.sendSeq, &s.sendNonce, dst, plaintext)
@@ -535,7 +537,8 @@ func (r *Responder) openHPKE(frame []byte) ([]byte, error) {
 // Seal encrypts one responder→opener frame.
 func (r *Responder) Seal(plaintext []byte) ([]byte, error) { return r.AppendSeal(nil, plaintext) }
 
-// AppendSeal appends one sealed responder→opener frame to dst.
+// AppendSeal appends one sealed responder→opener frame to dst; like
+// Initiator.AppendSeal, it seals in place a plaintext at dst[len(dst)+8:].
 func (r *Responder) AppendSeal(dst, plaintext []byte) ([]byte, error) {
 	return sealDirect(r.back, r.aad, &r.sendSeq, &r.sendNonce, dst, plaintext)
 }

@@ -513,3 +513,38 @@ func TestOpenInPlace(t *testing.T) {
 		t.Fatal("in-place open back", err)
 	}
 }
+
+// AppendSeal seals a plaintext that lies where its ciphertext goes, on
+// every kind of stream and in both directions.
+func TestAppendSealInPlace(t *testing.T) {
+	p := newPair(t)
+	msg := bytes.Repeat([]byte("in place "), 100)
+	check := func(name string, seal func(dst, pt []byte) ([]byte, error), open func([]byte) ([]byte, error)) {
+		t.Helper()
+		buf := make([]byte, 3, 3+FrameOverhead+len(msg))
+		pt := buf[3+seqSize : 3+seqSize+len(msg)]
+		copy(pt, msg)
+		f, err := seal(buf[:3], pt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &f[0] != &buf[0] {
+			t.Fatalf("%s: sealed into another buffer", name)
+		}
+		got, err := open(f[3:])
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	ini, res, _ := p.open(t) // a setup stream: HPKE context one way
+	check("setup forward", ini.AppendSeal, res.Open)
+	check("setup reply", res.AppendSeal, ini.Open)
+	p.setUp(t, nil)
+	sini, hello := p.dialSession(t, nil)
+	sres, err := p.acceptSession(hello, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("session forward", sini.AppendSeal, sres.Open)
+	check("session reply", sres.AppendSeal, sini.Open)
+}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"golang.org/x/sync/semaphore"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol/pb"
@@ -355,22 +357,63 @@ func (c *Conn) queue(b []byte) error {
 	if len(b) > MaxMessage {
 		return fmt.Errorf("%w: %d-byte message, limit %d", ErrPayloadTooLarge, len(b), MaxMessage)
 	}
+	// One chunk per Write, each sealed in place in a buffer kept for the
+	// whole message and dropped after it.
+	defer func() { c.out = nil }()
 	for off := 0; off < len(b); off += ChunkSize {
-		ch := &pb.Chunk{Data: b[off:min(off+ChunkSize, len(b))]}
+		var total uint64
 		if off == 0 {
-			ch.TotalSize = uint64(len(b))
+			total = uint64(len(b))
 		}
-		f, err := marshal(&pb.Message{Body: &pb.Message_Chunk{Chunk: ch}})
-		if err != nil {
+		if err := c.queueChunk(total, b[off:min(off+ChunkSize, len(b))]); err != nil {
 			return err
 		}
-		if err := c.queueFrame(f); err != nil {
+		if err := c.write(c.out); err != nil {
 			return err
 		}
-		if err := c.flush(); err != nil {
-			return err
-		}
+		c.out = c.out[:0]
 	}
+	return nil
+}
+
+// messageChunkField is the field number of Message.chunk (kith.proto).
+const messageChunkField = 9
+
+// queueChunk seals the frame of Message{chunk: {total_size, data}} at the
+// end of c.out. The plaintext is encoded straight into the buffer, where
+// the ciphertext goes, and sealed there: one copy of data, no other
+// allocation. total is 0 on all but the first chunk; the encoding is the
+// one proto.Marshal gives (TestChunkEncodingMatchesProto).
+func (c *Conn) queueChunk(total uint64, data []byte) error {
+	inner := protowire.SizeTag(2) + protowire.SizeBytes(len(data))
+	if total != 0 {
+		inner += protowire.SizeTag(1) + protowire.SizeVarint(total)
+	}
+	ptLen := protowire.SizeTag(messageChunkField) + protowire.SizeBytes(inner)
+	n := ptLen + crypto.FrameOverhead
+	if n > c.fw.Max() {
+		return fmt.Errorf("%w: %d-byte chunk seals to %d bytes, cap %d", ErrFrameTooLarge, len(data), n, c.fw.Max())
+	}
+	c.out = binary.AppendUvarint(c.out, uint64(n))
+	base := len(c.out)
+	c.out = slices.Grow(c.out, n)
+	// crypto's AppendSeal writes the 8-byte sequence number at base and
+	// may take its plaintext exactly where the ciphertext goes, after it.
+	pt := c.out[base+8 : base+8]
+	pt = protowire.AppendTag(pt, messageChunkField, protowire.BytesType)
+	pt = protowire.AppendVarint(pt, uint64(inner))
+	if total != 0 {
+		pt = protowire.AppendTag(pt, 1, protowire.VarintType)
+		pt = protowire.AppendVarint(pt, total)
+	}
+	pt = protowire.AppendTag(pt, 2, protowire.BytesType)
+	pt = protowire.AppendVarint(pt, uint64(len(data)))
+	pt = append(pt, data...)
+	out, err := c.seal(c.out[:base], pt)
+	if err != nil {
+		return err
+	}
+	c.out = out
 	return nil
 }
 
