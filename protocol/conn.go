@@ -238,6 +238,9 @@ func (c *Conn) rejectSession() ([]byte, error) {
 	if err := c.write(append(frame, reject...)); err != nil {
 		return nil, fmt.Errorf("protocol: send session reject: %w", err)
 	}
+	// What the opener may have sent in the session: its messages, in
+	// chunks of at most ChunkSize plus their encoding and sealing.
+	budget := uint64(MaxMessage + maxRejectedFrames*(crypto.FrameOverhead+32))
 	for range maxRejectedFrames {
 		if err := c.s.SetReadDeadline(time.Now().Add(c.opts.ioTimeout())); err != nil {
 			return nil, fmt.Errorf("protocol: set read deadline: %w", err)
@@ -249,6 +252,10 @@ func (c *Conn) rejectSession() ([]byte, error) {
 		if n > uint64(c.fr.Max()) {
 			return nil, fmt.Errorf("%w: %d bytes declared, cap %d", ErrFrameTooLarge, n, c.fr.Max())
 		}
+		if n > budget {
+			return nil, fmt.Errorf("%w: more than a message's worth of frames after a session reject", ErrPayloadTooLarge)
+		}
+		budget -= n
 		if n > crypto.MaxHelloSize {
 			if _, err := io.CopyN(io.Discard, c.s, int64(n)); err != nil {
 				return nil, fmt.Errorf("protocol: skip rejected frame: %w", err)

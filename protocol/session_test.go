@@ -42,16 +42,15 @@ type served struct {
 // accepts them with Accept and answers every first message with an
 // accept (a cancel gets no answer), as a provider does.
 type sessionNet struct {
-	t          *testing.T
-	alice      *crypto.Identity
-	bob        atomic.Pointer[crypto.Identity] // swapped to simulate a restart
-	ha, hb     host.Host
-	aliceOpts  ConnOptions
-	bobOpts    ConnOptions
-	served     chan served
-	bobWrites  atomic.Int64
-	replay     *crypto.MemoryReplayCache
-	aliceIDSrc func() *crypto.Identity
+	t         *testing.T
+	alice     *crypto.Identity
+	bob       atomic.Pointer[crypto.Identity] // swapped to simulate a restart
+	ha, hb    host.Host
+	aliceOpts ConnOptions
+	bobOpts   ConnOptions
+	served    chan served
+	bobWrites atomic.Int64
+	replay    *crypto.MemoryReplayCache
 }
 
 func newSessionNet(t *testing.T, aliceVersion, bobVersion Version) *sessionNet {
