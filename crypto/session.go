@@ -52,7 +52,7 @@ const (
 	// may be accepted in any order.
 	sessionWindow = 1024
 	// maxSessionsPerPeer and MaxSessions bound a responder's memory (about
-	// 300 bytes a session). A peer's older sessions give way to its newer
+	// 400 bytes a session). A peer's older sessions give way to its newer
 	// ones; when all MaxSessions are live, offers go unanswered and
 	// streams keep the full setup.
 	maxSessionsPerPeer = 4

@@ -336,6 +336,13 @@ func (c *Conn) Queue(m Message) error {
 	return c.queue(b)
 }
 
+// QueueEncoded is Queue for an already encoded message.
+func (c *Conn) QueueEncoded(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.queue(b)
+}
+
 // Flush writes whatever Queue left unwritten.
 func (c *Conn) Flush() error {
 	c.wmu.Lock()

@@ -133,7 +133,7 @@
 //     make the opener set the stream up in full, which costs time and
 //     weakens nothing. Stripping offers yields the 1.1 behaviour.
 //   - Memory. A responder keeps at most 4 sessions per peer (the oldest
-//     gives way) and 4096 in all (then offers go unanswered), about 300
+//     gives way) and 4096 in all (then offers go unanswered), about 400
 //     bytes each. An opener keeps one per peer and one offer in flight per
 //     peer.
 //   - Restarts. A restarted responder answers a stale session with the

@@ -96,3 +96,58 @@ func FuzzOpenerReplies(f *testing.F) {
 }
 
 var _ io.Reader = (*memStream)(nil)
+
+// writeCounter is a memStream that counts Writes.
+type writeCounter struct {
+	memStream
+	writes int
+}
+
+func (w *writeCounter) Write(b []byte) (int, error) { w.writes++; return w.memStream.Write(b) }
+
+// Queued messages go out with the next Flush or Send, in one Write, and in
+// order.
+func TestQueueFlushOneWrite(t *testing.T) {
+	alice, bob := fixedIdentity(t, 1), fixedIdentity(t, 2)
+	s := &writeCounter{memStream: memStream{r: bytes.NewReader(nil)}}
+	c, err := Dial(s, alice, bob.PeerID(), &CapabilityQuery{Versions: Supported}, ConnOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.writes != 1 {
+		t.Fatalf("Dial made %d writes", s.writes)
+	}
+	id := NewDelegationID()
+	msgs := []Message{&DelegationStatus{ID: id, Seq: 1}, &DelegationStatus{ID: id, Seq: 2}, &DelegationCancel{ID: id, Reason: "r"}}
+	b, _ := EncodeMessage(msgs[0])
+	if err := c.QueueEncoded(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Queue(msgs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if s.writes != 1 {
+		t.Fatal("Queue wrote")
+	}
+	if err := c.Send(msgs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if s.writes != 2 {
+		t.Fatalf("Queue, Queue, Send made %d writes, want 1", s.writes-1)
+	}
+	// Bob reads the Hello, the query and the three, in order.
+	in := &memStream{r: bytes.NewReader(s.out.Bytes())}
+	bc, first, _, err := Accept(in, bob, alice.PeerID(), crypto.NewMemoryReplayCache(nil), ConnOptions{})
+	if err != nil || first.Type() != TypeCapabilityQuery {
+		t.Fatal(first, err)
+	}
+	for _, want := range msgs {
+		m, err := bc.Recv(time.Second)
+		if err != nil || m.Type() != want.Type() {
+			t.Fatalf("got %v %v, want %s", m, err, want.Type())
+		}
+		if st, ok := m.(*DelegationStatus); ok && st.Seq != want.(*DelegationStatus).Seq {
+			t.Fatal("out of order")
+		}
+	}
+}
