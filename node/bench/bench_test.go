@@ -102,10 +102,14 @@ func TestRunReportIsWellFormed(t *testing.T) {
 		}
 	}
 
-	// overhead, durable latency, throughput, CPU per delegation, A2A, then
-	// one per large size.
-	if len(r.Goals) != 7 {
-		t.Fatalf("%d goals, want 7: %+v", len(r.Goals), r.Goals)
+	if e := r.Envelope; e == nil || e.Size != 1<<20 || e.EnvelopeRate <= 0 || e.RawRate <= 0 || e.Ratio != e.EnvelopeRate/e.RawRate {
+		t.Errorf("envelope %+v", r.Envelope)
+	}
+
+	// overhead, durable latency, throughput, CPU per delegation, A2A, one
+	// per large size, the envelope.
+	if len(r.Goals) != 8 {
+		t.Fatalf("%d goals, want 8: %+v", len(r.Goals), r.Goals)
 	}
 	// The latency goals are read at concurrency 1 and were measured; the
 	// throughput and CPU goals are read at 64, which this run did not
@@ -123,7 +127,7 @@ func TestRunReportIsWellFormed(t *testing.T) {
 		}
 	}
 
-	for _, s := range []string{"bare-echo", "durable", "goals", "fsync", "large payloads", "bare copy"} {
+	for _, s := range []string{"bare-echo", "durable", "goals", "fsync", "large payloads", "bare copy", "envelope seal+open"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}
