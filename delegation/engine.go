@@ -203,6 +203,8 @@ type Engine struct {
 	runCtx context.Context
 	wg     sync.WaitGroup
 
+	openDelay time.Duration // openDelay; tests stretch it
+
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
 }
@@ -243,6 +245,7 @@ func New(cfg Config) (*Engine, error) {
 		offers:     newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
 		queries:    newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
 		streams:    streamLimiter(cfg),
+		openDelay:  openDelay,
 	}
 	e.m = newMetrics(cfg.Registerer, e)
 	for i := range cfg.Profiles {
@@ -426,6 +429,15 @@ func (e *Engine) transitionAfter(role store.Role, id protocol.DelegationID, befo
 	}
 	e.publish(role, id, ev)
 	return d, nil
+}
+
+// publishNew tells subscribers about the events a new delegation was
+// created with, which the store numbered from 1.
+func (e *Engine) publishNew(role store.Role, id protocol.DelegationID, first uint64, evs []store.Event) {
+	for i, ev := range evs {
+		ev.Seq = first + uint64(i)
+		e.publish(role, id, ev)
+	}
 }
 
 // create stores a new delegation and counts it.

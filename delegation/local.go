@@ -61,7 +61,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 		return offer.ID, e.create(d, store.Event{Type: EventRejected})
 	}
 	t.lease = lease
-	accept, running, err := t.opening()
+	accept, running, err := t.openingEvents()
 	if err != nil {
 		t.releaseLease()
 		return protocol.DelegationID{}, err
@@ -70,6 +70,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 		t.releaseLease()
 		return protocol.DelegationID{}, err
 	}
+	t.logged = []store.Event{accept, running}
 	e.startTask(runCtx, t)
 	return offer.ID, nil
 }

@@ -298,33 +298,68 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		return
 	}
 	t.lease = lease
-	accept, running, err := t.opening()
+	accept, running, err := t.openingEvents()
 	if err != nil {
 		e.releaseSlot(remote, trust)
 		t.releaseLease()
 		return
 	}
-	d := store.Delegation{
+	// Nothing is acknowledged yet: the task starts at once, and its record
+	// is written (and the accept sent) when it ends or after openDelay,
+	// whichever comes first (see openTask).
+	t.open = openPending
+	t.record = store.Delegation{
 		ID: key, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
 		ContextID: o.ContextID, Profile: o.Profile, State: protocol.StateRunning,
 		BudgetTokens: o.BudgetTokens, Offer: raw, Deadline: t.deadline,
 	}
-	// Persist before acknowledging: the accept goes out only once the
-	// delegation and its first events are durable, in one write.
-	if err := e.create(d, accept, running); err != nil {
-		e.releaseSlot(remote, trust)
-		t.releaseLease()
-		e.log.Error("store offer", "delegation", o.ID, "err", err)
-		return
-	}
+	t.openEvs = []store.Event{accept, running}
 	t.attach(c)
-	for _, ev := range []store.Event{accept, running} {
-		m, _ := protocol.DecodeMessage(ev.Data)
-		e.trace(Sent, remote, m)
-		t.send(ev.Data)
-	}
 	e.startTask(ctx, t)
 	e.readRequester(c, remote, t)
+}
+
+// openDelay is how long a remote task may run before its record is
+// written and its accept sent. A task that ends sooner is stored once, its
+// accept and result together, so that a short delegation costs the
+// provider one durable write on its critical path, not two. The price: a
+// task that was running, unacknowledged, when the node crashed is run again
+// when the requester re-offers it, as any offer it never saw accepted.
+const openDelay = 10 * time.Millisecond
+
+// openTask writes a pending task's record, its opening events and extra in
+// one write, then sends them. It reports whether the task is open (already,
+// or now), and whether extra went out with the opening; when the write
+// fails the task is cancelled.
+func (e *Engine) openTask(t *task, extra ...store.Event) (open, stored bool) {
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	switch t.open {
+	case openDone:
+		return true, false
+	case openFailed, openMerged:
+		return false, false
+	}
+	if t.openTimer != nil {
+		t.openTimer.Stop()
+	}
+	evs := slices.Concat(t.openEvs, extra)
+	if err := e.create(t.record, evs...); err != nil {
+		t.open = openFailed
+		e.log.Error("store offer", "delegation", t.id, "err", err)
+		t.cancel(&stopCause{protocol.StateFailed, ReasonStore + ": " + err.Error()})
+		return false, false
+	}
+	t.open = openDone
+	t.logged = append(t.logged, evs...)
+	e.publishNew(t.role, t.id, 1, evs)
+	for _, ev := range evs {
+		if m, err := protocol.DecodeMessage(ev.Data); err == nil {
+			e.trace(Sent, t.requester, m)
+		}
+		t.send(ev.Data)
+	}
+	return true, true
 }
 
 // providerKey is where this node keeps the delegation that remote calls
@@ -363,7 +398,9 @@ func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 		}
 		e.trace(Received, remote, m)
 		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.wire {
-			e.cancelTask(remote, cm.ID, cm.Reason)
+			// This stream is the requester's: no need to look the task up
+			// (it may not even be stored yet, see openDelay).
+			t.cancel(&stopCause{protocol.StateCancelled, cmp.Or(cm.Reason, "cancelled by requester")})
 		}
 	}
 }
@@ -376,6 +413,11 @@ func (e *Engine) startTask(ctx context.Context, t *task) {
 	e.mu.Unlock()
 	taskCtx, cancel := context.WithCancelCause(withParent(ctx, t))
 	t.cancel = cancel
+	if t.open == openPending {
+		t.logMu.Lock()
+		t.openTimer = time.AfterFunc(e.openDelay, func() { _, _ = e.openTask(t) })
+		t.logMu.Unlock()
+	}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -509,18 +551,67 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
-	e.finish(t.role, t.id, t.wire, t.requester, t.offerHash, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash}
+	t.logMu.Lock()
+	switch t.open {
+	case openFailed:
+		t.logMu.Unlock()
+		return // nothing stored, nothing sent: the requester offers again
+	case openPending:
+		// Done before its record was written: store it once, with the
+		// result. The result holds the whole output, so output not yet
+		// streamed is not sent twice.
+		t.open = openMerged
+		if t.openTimer != nil {
+			t.openTimer.Stop()
+		}
+		rec := t.record
+		f.create = &rec
+		f.logged = t.openEvs
+		if state == protocol.StateCompleted && len(out) > 0 {
+			tail = slices.DeleteFunc(tail, func(ev store.Event) bool { return ev.State == protocol.StateRunning })
+		}
+	default:
+		f.logged = t.logged
+	}
+	t.logMu.Unlock()
+	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
-// emitStatus persists a status (streamed output) and then sends it.
+// finishing names the delegation finish ends. id is where the store keeps
+// it, wire what the requester calls it (the same but for a foreign ID, see
+// providerKey); logged is what its log holds so far. create, when set, is
+// the record of a task not yet stored, whose events are logged: finish
+// writes it with them and the result, in one write, and sends them first.
+type finishing struct {
+	role      store.Role
+	id, wire  protocol.DelegationID
+	requester peer.ID
+	offerHash [32]byte
+	logged    []store.Event
+	create    *store.Delegation
+}
+
+// emitStatus persists a status (streamed output) and then sends it; the
+// first one of a pending task goes out with its opening, in one write.
 func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus) error {
 	raw, err := protocol.EncodeMessage(st)
 	if err != nil {
 		return err
 	}
-	if err := e.appendEvent(t.role, t.id, store.Event{Type: EventStatus, State: st.State, Data: raw}); err != nil {
+	ev := store.Event{Type: EventStatus, State: st.State, Data: raw}
+	switch open, stored := e.openTask(t, ev); {
+	case stored:
+		return nil
+	case !open:
+		return ErrNotRunning // the opening failed: the task is being cancelled
+	}
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	if err := e.appendEvent(t.role, t.id, ev); err != nil {
 		return err
 	}
+	t.logged = append(t.logged, ev)
 	if t.remote {
 		e.trace(Sent, t.requester, st)
 	}
@@ -550,30 +641,22 @@ type outcomeReason struct{ wire, local string }
 // or sent) in the same write, then sends tail and the result through
 // deliver. The first terminal state wins: if the delegation already ended,
 // nothing is sent from here.
-//
-// id is where the store keeps the delegation, wire what the requester
-// calls it (the same but for a foreign ID, see providerKey).
-func (e *Engine) finish(role store.Role, id, wire protocol.DelegationID, requester peer.ID, offerHash [32]byte,
-	state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage, took time.Duration,
-	tail []store.Event, deliver func([]byte)) {
+func (e *Engine) finish(f finishing, state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage,
+	took time.Duration, tail []store.Event, deliver func([]byte)) {
+	role, id, requester := f.role, f.id, f.requester
 	reason := why.wire
-	events, err := e.st.Events(role, id, 0)
-	if err != nil {
-		e.log.Error("read events", "delegation", id, "err", err)
-		return
-	}
-	events = append(events, tail...)
+	events := slices.Concat(f.logged, tail)
 	now := e.cfg.Now()
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
-		DelegationID: wire, Requester: requester, Provider: e.id.PeerID(),
-		OfferSHA256: offerHash, TranscriptSHA256: transcriptHash(events),
+		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
+		OfferSHA256: f.offerHash, TranscriptSHA256: transcriptHash(events),
 		Usage: usage, CompletedAt: now, State: state,
 	})
 	if err != nil {
 		e.log.Error("sign result proof", "delegation", id, "err", err)
 		return
 	}
-	res := &protocol.DelegationResult{ID: wire, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
+	res := &protocol.DelegationResult{ID: f.wire, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
 	if e.mutateResult != nil {
 		e.mutateResult(res)
 	}
@@ -582,16 +665,28 @@ func (e *Engine) finish(role store.Role, id, wire protocol.DelegationID, request
 		e.log.Error("encode result", "delegation", id, "err", err)
 		return
 	}
-	_, err = e.transitionAfter(role, id, tail, state, store.Event{Type: EventResult}, func(d *store.Delegation) {
-		d.Result = raw
-		d.Reason = cmp.Or(why.local, reason)
-		d.Usage = store.Usage(usage)
-	})
-	if err != nil {
-		if !errors.Is(err, store.ErrTerminal) {
+	resultEv := store.Event{Type: EventResult, State: state}
+	if f.create != nil {
+		d := *f.create
+		d.State, d.Result, d.Reason, d.Usage = state, raw, cmp.Or(why.local, reason), store.Usage(usage)
+		if err := e.create(d, append(events, resultEv)...); err != nil {
 			e.log.Error("store result", "delegation", id, "err", err)
+			return
 		}
-		return
+		e.publishNew(role, id, 1, append(events, resultEv))
+		tail = events // the accept goes out first
+	} else {
+		_, err = e.transitionAfter(role, id, tail, state, resultEv, func(d *store.Delegation) {
+			d.Result = raw
+			d.Reason = cmp.Or(why.local, reason)
+			d.Usage = store.Usage(usage)
+		})
+		if err != nil {
+			if !errors.Is(err, store.ErrTerminal) {
+				e.log.Error("store result", "delegation", id, "err", err)
+			}
+			return
+		}
 	}
 	for _, ev := range tail {
 		if role == store.RoleProvider {
@@ -682,8 +777,14 @@ func (e *Engine) recoverProvider() error {
 				}
 			}
 		}
+		logged, err := e.st.Events(store.RoleProvider, d.ID, 0)
+		if err != nil {
+			e.log.Error("read events", "delegation", d.ID, "err", err)
+			continue
+		}
 		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
-		e.finish(store.RoleProvider, d.ID, wire, d.Peer, hash, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
+		f := finishing{role: store.RoleProvider, id: d.ID, wire: wire, requester: d.Peer, offerHash: hash, logged: logged}
+		e.finish(f, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -108,13 +109,39 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 		ContextID: req.ContextID, Profile: req.Profile, State: protocol.StateOffered,
 		BudgetTokens: req.BudgetTokens, Offer: raw, Deadline: now.Add(req.Timeout + requestGrace),
 	}
-	if err := e.create(d); err != nil {
+	// The record's write and the offer go out together: the offer is not
+	// an acknowledgement of anything, and the follower reads nothing the
+	// provider answers before the record is durable (created.wait). So a
+	// delegation costs the requester one durable write on its critical
+	// path, not two.
+	cr := &created{ch: make(chan error, 1)}
+	if err := e.follow(d, cr); err != nil {
 		return protocol.DelegationID{}, err
 	}
-	if err := e.follow(d); err != nil {
-		return offer.ID, err
+	err = e.create(d)
+	cr.ch <- err
+	if err != nil {
+		return protocol.DelegationID{}, err
 	}
 	return offer.ID, nil
+}
+
+// created is the outcome of the write that creates a delegation, which its
+// first attempt overlaps with sending the offer. A nil *created is a
+// delegation already stored (one recovered at start).
+type created struct {
+	ch   chan error
+	once sync.Once
+	err  error
+}
+
+// wait returns once the delegation is stored, or why it could not be.
+func (c *created) wait() error {
+	if c == nil {
+		return nil
+	}
+	c.once.Do(func() { c.err = <-c.ch })
+	return c.err
 }
 
 func (e *Engine) hasProfile(name string) bool {
@@ -123,8 +150,11 @@ func (e *Engine) hasProfile(name string) bool {
 }
 
 // follow drives a remote delegation in the background until it ends: the
-// offer, then reattaching after every lost stream until the deadline.
-func (e *Engine) follow(d store.Delegation) error {
+// offer, then reattaching after every lost stream until the deadline. cr,
+// when set, is the pending write of d: the first attempt starts from d as
+// it is in memory, and nothing reads or writes d in the store before cr is
+// done.
+func (e *Engine) follow(d store.Delegation, cr *created) error {
 	return e.goWithRun(func(ctx context.Context) {
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
@@ -137,16 +167,20 @@ func (e *Engine) follow(d store.Delegation) error {
 			delete(e.outgoing, d.ID)
 			e.mu.Unlock()
 		}()
-		e.followLoop(ctx, d, o)
+		e.followLoop(ctx, d, o, cr)
 	})
 }
 
-func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing) {
+func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing, cr *created) {
 	backoff := e.cfg.ReattachBackoff
 	preemptedBy := map[peer.ID]bool{}
 	var lost *pathLoss // the provider's path went away and has not come back
 	for attempt := 0; ; attempt++ {
-		out, err := e.attempt(ctx, d, o, lost)
+		fresh := attempt == 0 && cr != nil
+		out, err := e.attempt(ctx, d, o, lost, fresh, cr)
+		if cr.wait() != nil {
+			return // never stored: Delegate reports the error
+		}
 		switch out {
 		case outcomeDone:
 			return
@@ -293,21 +327,29 @@ const (
 // provider has accepted, a status query to reattach), and follows the
 // stream. The error says why an attempt that did not end the delegation
 // failed.
-func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss) (outcome, error) {
-	cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
-	if err != nil {
-		return outcomeDone, err
-	}
-	if cur.State.Terminal() {
-		return outcomeDone, nil
-	}
-	d = cur // the provider may have changed (a re-offer)
-	all, err := e.st.Events(store.RoleRequester, d.ID, 0)
-	if err != nil {
-		return outcomeRetry, err
+//
+// A fresh attempt is the first one of a delegation just offered: it starts
+// from d as Delegate built it, reading nothing back, and waits for cr (the
+// write of d) before it reads the provider's answer.
+func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created) (outcome, error) {
+	cur := d
+	var all []store.Event
+	if !fresh {
+		var err error
+		if cur, err = e.st.GetDelegation(store.RoleRequester, d.ID); err != nil {
+			return outcomeDone, err
+		}
+		if cur.State.Terminal() {
+			return outcomeDone, nil
+		}
+		d = cur // the provider may have changed (a re-offer)
+		if all, err = e.st.Events(store.RoleRequester, d.ID, 0); err != nil {
+			return outcomeRetry, err
+		}
 	}
 	r := &providerReader{e: e, d: d, statuses: rate.NewLimiter(statusRate, statusBurst)}
-	for _, ev := range currentAttempt(all) {
+	r.events = slices.Clone(currentAttempt(all))
+	for _, ev := range r.events {
 		switch ev.Type {
 		case EventAccepted:
 			r.accepted = true
@@ -322,7 +364,8 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 	var first protocol.Message
 	if r.accepted {
 		first = &protocol.DelegationStatus{ID: d.ID, Query: true, Seq: r.lastSeq}
-	} else {
+	} else if e.cfg.Trace != nil {
+		// Decoded for the trace only: a large offer goes out as stored.
 		offer, err := protocol.DecodeMessage(cur.Offer)
 		if err != nil {
 			return outcomeDone, err
@@ -342,12 +385,15 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 	if r.accepted {
 		c, err = protocol.Dial(s, e.id, d.Peer, first, e.cfg.Conn)
 	} else {
-		c, err = protocol.DialEncoded(s, e.id, d.Peer, first.Type(), cur.Offer, e.cfg.Conn)
+		c, err = protocol.DialEncoded(s, e.id, d.Peer, protocol.TypeDelegationOffer, cur.Offer, e.cfg.Conn)
 	}
 	if err != nil {
 		_ = s.Reset()
 		if errors.Is(err, protocol.ErrPayloadTooLarge) || errors.Is(err, protocol.ErrFrameTooLarge) {
 			// A local size error: no retry can fix it.
+			if cr.wait() != nil {
+				return outcomeDone, err
+			}
 			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 				x.Reason = ReasonPayloadTooLarge + ": " + err.Error()
 			})
@@ -355,7 +401,9 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 		}
 		return outcomeRetry, err
 	}
-	e.trace(Sent, d.Peer, first)
+	if first != nil {
+		e.trace(Sent, d.Peer, first)
+	}
 	if lost != nil || strings.HasPrefix(cur.Reason, waitingPrefix) {
 		e.log.Info("path to the provider is back", "delegation", d.ID, "peer", d.Peer)
 		_, _ = e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
@@ -374,6 +422,10 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 		e.mu.Unlock()
 	}()
 	r.c = c
+	if err := cr.wait(); err != nil {
+		_ = s.Reset()
+		return outcomeDone, err
+	}
 	out, err := r.read()
 	if out == outcomeDone {
 		_ = s.Close() // closing our side acknowledges the result
@@ -514,6 +566,10 @@ type providerReader struct {
 	lastSeq  uint64
 	partial  int // bytes of partial output logged so far, every stream counted
 	statuses *rate.Limiter
+	// events is the current attempt's log, stored or buffered: what the
+	// result's transcript must match, kept so that checking it reads
+	// nothing back.
+	events []store.Event
 }
 
 // read follows the provider's messages until the delegation is terminal
@@ -571,7 +627,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
-		e.acceptResult(d, m, raw, r.buf.take())
+		e.acceptResult(d, m, raw, r.buf.take(), r.events)
 		return outcomeDone, nil, true
 	}
 	return 0, nil, false
@@ -612,7 +668,7 @@ func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out o
 	if m.State == protocol.StatePreempted && !e.cfg.NoReoffer {
 		// Log it (the delegation itself stays live) and offer the task
 		// elsewhere.
-		if err := r.buf.add(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw}); err != nil {
+		if err := r.log(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw}); err != nil {
 			return r.storeFailed(err)
 		}
 		return outcomePreempted, nil, true
@@ -640,9 +696,18 @@ func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out o
 	return 0, nil, false
 }
 
+// log buffers an event for the log, and keeps it for the transcript.
+func (r *providerReader) log(ev store.Event) error {
+	if err := r.buf.add(ev); err != nil {
+		return err
+	}
+	r.events = append(r.events, ev)
+	return nil
+}
+
 // keep buffers an event for the log.
 func (r *providerReader) keep(ev store.Event) (out outcome, err error, end bool) {
-	if err := r.buf.add(ev); err != nil {
+	if err := r.log(ev); err != nil {
 		return r.storeFailed(err)
 	}
 	if r.buf.isDone() {
@@ -684,13 +749,15 @@ func (r *providerReader) violation(reason, detail string) outcome {
 // hash, transcript, budget) and stores it, with the events still buffered,
 // in one write. A result that fails a check is kept for inspection (unless
 // it is too large to keep) but the delegation ends failed with the reason.
-func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before []store.Event) {
+//
+// transcript is the attempt's log, before included.
+func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event) {
 	state, reason := m.State, m.Reason
 	keep := raw
 	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
 		state, keep = protocol.StateFailed, nil
 		reason = fmt.Sprintf("%s: result of %d bytes, at most %d for a budget of %d tokens", ReasonOutputViolation, n, limit, d.BudgetTokens)
-	} else if err := e.checkProof(d, m, before); err != nil {
+	} else if err := e.checkProof(d, m, transcript); err != nil {
 		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
 	} else if m.Usage.Completion > d.BudgetTokens {
 		state = protocol.StateFailed
@@ -715,18 +782,14 @@ func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, 
 }
 
 // checkProof verifies a result's proof against what this node sent and
-// received: the provider's signature, the offer hash and the transcript.
-func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult, pending []store.Event) error {
+// received: the provider's signature, the offer hash and the transcript
+// (the current attempt's log).
+func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event) error {
 	p, err := protocol.VerifyResultProof(d.Peer, m.Proof)
 	if err != nil {
 		return err
 	}
-	events, err := e.st.Events(store.RoleRequester, d.ID, 0)
-	if err != nil {
-		return err
-	}
-	events = append(events, pending...)
-	return matchProof(p, d, e.id.PeerID(), m, events)
+	return matchProof(p, d, e.id.PeerID(), m, transcript)
 }
 
 func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m *protocol.DelegationResult, events []store.Event) error {
@@ -875,7 +938,7 @@ func (e *Engine) recoverRequester() error {
 			continue
 		}
 		e.log.Info("reattaching to delegation", "delegation", d.ID, "peer", d.Peer)
-		if err := e.follow(d); err != nil {
+		if err := e.follow(d, nil); err != nil {
 			return err
 		}
 	}
