@@ -12,7 +12,7 @@ import (
 // delegateLocal runs a local profile in-process: the same offer, state
 // machine, event log and signed result as a remote delegation, with this
 // node as both requester and provider and no network.
-func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.DelegationID, error) {
+func (e *providerHalf) delegateLocal(ctx context.Context, req Request) (protocol.DelegationID, error) {
 	p, ok := e.profile(req.Profile)
 	if !ok {
 		return protocol.DelegationID{}, fmt.Errorf("%w: no local profile %q", ErrNoProvider, req.Profile)
@@ -30,9 +30,9 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 	if err != nil {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	e.mu.Lock()
+	e.runMu.Lock()
 	runCtx := e.runCtx
-	e.mu.Unlock()
+	e.runMu.Unlock()
 	if runCtx == nil {
 		return protocol.DelegationID{}, ErrNotRunning
 	}

@@ -21,7 +21,7 @@ import (
 // (the libp2p-authenticated peer). The node calls it from its stream
 // handler; it returns when the conversation on the stream is over and has
 // closed the stream.
-func (e *Engine) HandleStream(s Stream, remote peer.ID) {
+func (e *providerHalf) HandleStream(s Stream, remote peer.ID) {
 	done := make(chan struct{})
 	if err := e.goWithRun(func(ctx context.Context) {
 		defer close(done)
@@ -33,7 +33,7 @@ func (e *Engine) HandleStream(s Stream, remote peer.ID) {
 	<-done
 }
 
-func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
+func (e *providerHalf) serve(ctx context.Context, s Stream, remote peer.ID) {
 	// A peer opening streams far faster than its offer and query rates
 	// allow is refused before the envelope costs any public-key work.
 	if !e.streams.allow(remote, e.cfg.Now()) {
@@ -55,7 +55,7 @@ func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
 	case *protocol.CapabilityQuery:
 		e.answerQuery(c, remote, m)
 	case *protocol.DelegationOffer:
-		e.serveOffer(ctx, c, remote, m, raw)
+		e.serveOffer(ctx, s, c, remote, m, raw)
 	case *protocol.DelegationStatus:
 		e.serveReattach(ctx, c, remote, m)
 	case *protocol.DelegationCancel:
@@ -65,13 +65,13 @@ func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
 	}
 }
 
-func (e *Engine) send(c *protocol.Conn, remote peer.ID, m protocol.Message) error {
+func (e *providerHalf) send(c *protocol.Conn, remote peer.ID, m protocol.Message) error {
 	e.trace(Sent, remote, m)
 	return c.Send(m)
 }
 
 // trustOf is the trust level this node gives p (untrusted if unknown).
-func (e *Engine) trustOf(p peer.ID) protocol.TrustLevel {
+func (e *core) trustOf(p peer.ID) protocol.TrustLevel {
 	if rec, err := e.st.GetPeer(p); err == nil {
 		return rec.Trust
 	}
@@ -80,7 +80,7 @@ func (e *Engine) trustOf(p peer.ID) protocol.TrustLevel {
 
 // assertion is this node's signed capability assertion for asker: the
 // profiles asker may use, and the trust it is granted.
-func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAssertion, error) {
+func (e *providerHalf) assertion(asker peer.ID, want []string) (protocol.CapabilityAssertion, error) {
 	now := e.cfg.Now()
 	trust := e.trustOf(asker)
 	a := protocol.CapabilityAssertion{
@@ -92,13 +92,13 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 
 		MaxPayloadBytes: uint64(e.maxPayload),
 	}
-	e.mu.Lock()
+	e.provMu.Lock()
 	for _, p := range e.profiles {
 		if p.MinTrust <= trust && (len(want) == 0 || slices.Contains(want, p.Name)) {
 			a.Profiles = append(a.Profiles, p.Profile)
 		}
 	}
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	slices.SortFunc(a.Profiles, func(x, y protocol.Profile) int {
 		if x.Name < y.Name {
 			return -1
@@ -114,12 +114,12 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 
 // Capacity is this node's remote pool load now: delegations from peers
 // running, and slots free.
-func (e *Engine) Capacity() protocol.Capacity {
+func (e *providerHalf) Capacity() protocol.Capacity {
 	active := len(e.slots)
 	return protocol.Capacity{Active: uint32(active), FreeSlots: uint32(cap(e.slots) - active)}
 }
 
-func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.CapabilityQuery) {
+func (e *providerHalf) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.CapabilityQuery) {
 	// A query from a peer below query_trust, or beyond its rate, gets no
 	// answer: there is no reject message for queries, and silence tells a
 	// prober nothing.
@@ -146,7 +146,7 @@ func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.Capab
 
 // admit runs the admission pipeline for an offer, in order. It returns the
 // profile, or the typed reason the first failing rule gives.
-func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.DelegationOffer) (*Profile, *RejectedError) {
+func (e *providerHalf) admit(remote peer.ID, issuedAt time.Time, o *protocol.DelegationOffer) (*Profile, *RejectedError) {
 	self := e.id.PeerID()
 	if o.HopLimit == 0 {
 		return nil, &RejectedError{protocol.ReasonLoopDetected, "hop limit reached"}
@@ -188,14 +188,14 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 	return p, nil
 }
 
-func (e *Engine) reject(c *protocol.Conn, remote peer.ID, id protocol.DelegationID, r *RejectedError) {
+func (e *providerHalf) reject(c *protocol.Conn, remote peer.ID, id protocol.DelegationID, r *RejectedError) {
 	e.log.Info("offer rejected", "peer", remote, "delegation", id, "reason", r.Reason, "detail", r.Detail)
 	e.m.offerRejects.WithLabelValues(r.Reason.String()).Inc()
 	_ = e.send(c, remote, &protocol.DelegationReject{ID: id, Reason: r.Reason, Detail: r.Detail})
 }
 
 // lease grants the VRAM a profile declares, or says why not.
-func (e *Engine) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.Lease, *RejectedError) {
+func (e *providerHalf) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.Lease, *RejectedError) {
 	if p.VRAMMiB == 0 {
 		return nil, nil
 	}
@@ -217,9 +217,9 @@ func (e *Engine) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.L
 // full, p already holds its share of it, or p is untrusted and the slots
 // untrusted peers may share are taken (the rest stay for the peers the user
 // verified or trusted, however many identities a stranger makes).
-func (e *Engine) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *providerHalf) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	if held := e.perPeer[p]; held >= e.cfg.MaxRemotePerPeer {
 		e.m.poolRefusals.WithLabelValues("peer_share").Inc()
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("this peer already holds %d of its %d remote slots", held, e.cfg.MaxRemotePerPeer)}
@@ -242,9 +242,9 @@ func (e *Engine) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
 	return nil
 }
 
-func (e *Engine) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *providerHalf) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	<-e.slots
 	if e.perPeer[p]--; e.perPeer[p] <= 0 {
 		delete(e.perPeer, p)
@@ -255,7 +255,7 @@ func (e *Engine) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
 }
 
 // timeoutFor clamps the offered timeout to the profile's and the node's.
-func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
+func (e *providerHalf) timeoutFor(p *Profile, offered time.Duration) time.Duration {
 	t := offered
 	limit := p.Timeout
 	if limit <= 0 {
@@ -267,7 +267,7 @@ func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
 	return min(t, e.cfg.MaxTimeout)
 }
 
-func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
+func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
 	// A repeated offer (the requester lost our accept) is a reattach.
 	key, found := e.providerKey(remote, o.ID)
 	if found {
@@ -314,6 +314,9 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		BudgetTokens: o.BudgetTokens, Offer: raw, Deadline: t.deadline,
 	}
 	t.openEvs = []store.Event{accept, running}
+	// If it cannot be stored, the stream ends at once: the requester,
+	// told nothing, offers again rather than wait for its deadline.
+	t.abort = func() { _ = s.Reset() }
 	t.attach(c)
 	e.startTask(ctx, t)
 	e.readRequester(c, remote, t)
@@ -331,7 +334,7 @@ const openDelay = 10 * time.Millisecond
 // one write, then sends them. It reports whether the task is open (already,
 // or now), and whether extra went out with the opening; when the write
 // fails the task is cancelled.
-func (e *Engine) openTask(t *task, extra ...store.Event) (open, stored bool) {
+func (e *providerHalf) openTask(t *task, extra ...store.Event) (open, stored bool) {
 	t.logMu.Lock()
 	defer t.logMu.Unlock()
 	switch t.open {
@@ -348,6 +351,7 @@ func (e *Engine) openTask(t *task, extra ...store.Event) (open, stored bool) {
 		t.open = openFailed
 		e.log.Error("store offer", "delegation", t.id, "err", err)
 		t.cancel(&stopCause{protocol.StateFailed, ReasonStore + ": " + err.Error()})
+		t.abort()
 		return false, false
 	}
 	t.open = openDone
@@ -368,7 +372,7 @@ func (e *Engine) openTask(t *task, extra ...store.Event) (open, stored bool) {
 // keeps it; a later peer's is kept under an ID derived from its peer ID and
 // the one it chose. Each peer so sees only its own delegations, and an
 // offer or a query answers the same whether or not another peer uses the ID.
-func (e *Engine) providerKey(remote peer.ID, id protocol.DelegationID) (protocol.DelegationID, bool) {
+func (e *providerHalf) providerKey(remote peer.ID, id protocol.DelegationID) (protocol.DelegationID, bool) {
 	d, err := e.st.DelegationInfo(store.RoleProvider, id)
 	if err != nil {
 		return id, false
@@ -389,7 +393,7 @@ func (e *Engine) providerKey(remote peer.ID, id protocol.DelegationID) (protocol
 // readRequester reads what the requester sends on an attached stream
 // (cancel) until the task is over and the requester has closed its side,
 // which is how it acknowledges the result.
-func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
+func (e *providerHalf) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 	for {
 		wait := time.Until(t.deadline) + c.IOTimeout()
 		m, err := c.Recv(max(wait, c.IOTimeout()))
@@ -407,10 +411,10 @@ func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 
 // startTask runs t in the background: in the remote pool when it holds a
 // slot, directly when it is local work.
-func (e *Engine) startTask(ctx context.Context, t *task) {
-	e.mu.Lock()
+func (e *providerHalf) startTask(ctx context.Context, t *task) {
+	e.provMu.Lock()
 	e.running[t.id] = t
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	taskCtx, cancel := context.WithCancelCause(withParent(ctx, t))
 	t.cancel = cancel
 	if t.open == openPending {
@@ -428,14 +432,14 @@ func (e *Engine) startTask(ctx context.Context, t *task) {
 
 // cancelTask stops a running task on its requester's word; id is the
 // requester's name for it.
-func (e *Engine) cancelTask(remote peer.ID, id protocol.DelegationID, reason string) {
+func (e *providerHalf) cancelTask(remote peer.ID, id protocol.DelegationID, reason string) {
 	key, found := e.providerKey(remote, id)
 	if !found {
 		return
 	}
-	e.mu.Lock()
+	e.provMu.Lock()
 	t := e.running[key]
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	if t == nil || t.requester != remote {
 		return
 	}
@@ -453,11 +457,11 @@ const flushInterval = 100 * time.Millisecond
 // executor's output goes out in pieces of this size.
 const providerFlushBytes = 256 << 10
 
-func (e *Engine) runTask(ctx context.Context, t *task) {
+func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	defer func() {
-		e.mu.Lock()
+		e.provMu.Lock()
 		delete(e.running, t.id)
-		e.mu.Unlock()
+		e.provMu.Unlock()
 		if t.remote {
 			e.releaseSlot(t.requester, t.trust)
 		}
@@ -566,7 +570,7 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 			t.openTimer.Stop()
 		}
 		rec := t.record
-		f.create = &rec
+		f.create, f.abort = &rec, t.abort
 		f.logged = t.openEvs
 		if state == protocol.StateCompleted && len(out) > 0 {
 			tail = slices.DeleteFunc(tail, func(ev store.Event) bool { return ev.State == protocol.StateRunning })
@@ -590,11 +594,12 @@ type finishing struct {
 	offerHash [32]byte
 	logged    []store.Event
 	create    *store.Delegation
+	abort     func() // ends the requester's stream when create cannot be stored
 }
 
 // emitStatus persists a status (streamed output) and then sends it; the
 // first one of a pending task goes out with its opening, in one write.
-func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus) error {
+func (e *providerHalf) emitStatus(t *task, st *protocol.DelegationStatus) error {
 	raw, err := protocol.EncodeMessage(st)
 	if err != nil {
 		return err
@@ -641,7 +646,7 @@ type outcomeReason struct{ wire, local string }
 // or sent) in the same write, then sends tail and the result through
 // deliver. The first terminal state wins: if the delegation already ended,
 // nothing is sent from here.
-func (e *Engine) finish(f finishing, state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage,
+func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage,
 	took time.Duration, tail []store.Event, deliver func([]byte)) {
 	role, id, requester := f.role, f.id, f.requester
 	reason := why.wire
@@ -671,6 +676,7 @@ func (e *Engine) finish(f finishing, state protocol.State, why outcomeReason, ou
 		d.State, d.Result, d.Reason, d.Usage = state, raw, cmp.Or(why.local, reason), store.Usage(usage)
 		if err := e.create(d, append(events, resultEv)...); err != nil {
 			e.log.Error("store result", "delegation", id, "err", err)
+			f.abort()
 			return
 		}
 		e.publishNew(role, id, 1, append(events, resultEv))
@@ -704,19 +710,19 @@ func (e *Engine) finish(f finishing, state protocol.State, why outcomeReason, ou
 
 // serveReattach answers a requester's "where is delegation X": it replays
 // everything sent so far and, while the task runs, attaches the stream.
-func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
+func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
 	key, found := e.providerKey(remote, q.ID)
 	if !found {
 		// Unknown, or someone else's: the same answer, so that IDs cannot be probed.
 		_ = e.send(c, remote, &protocol.DelegationStatus{ID: q.ID, State: protocol.StateUnknown})
 		return
 	}
-	e.mu.Lock()
+	e.provMu.Lock()
 	t := e.running[key]
 	if t != nil {
 		t.mu.Lock() // hold off live sends while the history is read and replayed
 	}
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	events, err := e.st.Events(store.RoleProvider, key, 0)
 	if err != nil {
 		if t != nil {
@@ -761,7 +767,7 @@ func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote pee
 // recoverProvider fails what a previous run left running: the executors
 // died with the process. The signed failure waits in the store for the
 // requester to reattach and collect.
-func (e *Engine) recoverProvider() error {
+func (e *providerHalf) recoverProvider() error {
 	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleProvider), States: liveStates})
 	if err != nil {
 		return err

@@ -47,7 +47,7 @@ const requestGrace = 5 * time.Second
 
 // Delegate starts a delegation and returns its ID once the request is
 // durable. Follow it with Subscribe or Wait.
-func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.DelegationID, error) {
+func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.DelegationID, error) {
 	if err := protocol.CheckProfileName(req.Profile); err != nil {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -66,7 +66,7 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 	}
 	self := e.id.PeerID()
 	if req.Peer == self || (req.Peer == "" && e.hasProfile(req.Profile)) {
-		return e.delegateLocal(ctx, req)
+		return e.prov.delegateLocal(ctx, req)
 	}
 	target := req.Peer
 	var caps *protocol.CapabilityAssertion
@@ -144,8 +144,8 @@ func (c *created) wait() error {
 	return c.err
 }
 
-func (e *Engine) hasProfile(name string) bool {
-	_, ok := e.profile(name)
+func (e *requesterHalf) hasProfile(name string) bool {
+	_, ok := e.prov.profile(name)
 	return ok
 }
 
@@ -154,24 +154,24 @@ func (e *Engine) hasProfile(name string) bool {
 // when set, is the pending write of d: the first attempt starts from d as
 // it is in memory, and nothing reads or writes d in the store before cr is
 // done.
-func (e *Engine) follow(d store.Delegation, cr *created) error {
+func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	return e.goWithRun(func(ctx context.Context) {
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
 		o := &outgoing{cancel: cancel}
-		e.mu.Lock()
+		e.reqMu.Lock()
 		e.outgoing[d.ID] = o
-		e.mu.Unlock()
+		e.reqMu.Unlock()
 		defer func() {
-			e.mu.Lock()
+			e.reqMu.Lock()
 			delete(e.outgoing, d.ID)
-			e.mu.Unlock()
+			e.reqMu.Unlock()
 		}()
 		e.followLoop(ctx, d, o, cr)
 	})
 }
 
-func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing, cr *created) {
+func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *outgoing, cr *created) {
 	backoff := e.cfg.ReattachBackoff
 	preemptedBy := map[peer.ID]bool{}
 	var lost *pathLoss // the provider's path went away and has not come back
@@ -247,7 +247,7 @@ type pathLoss struct {
 
 // noteWaiting records, for `kith tasks show`, what a running delegation
 // waits for while its provider cannot be reached.
-func (e *Engine) noteWaiting(d store.Delegation, l *pathLoss) {
+func (e *requesterHalf) noteWaiting(d store.Delegation, l *pathLoss) {
 	why := "the stream ended"
 	if l.err != nil {
 		why = oneLine(l.err.Error())
@@ -284,7 +284,7 @@ func oneLine(s string) string {
 const maxUnacceptedAttempts = 5
 
 // everAccepted reports whether the current provider accepted d.
-func (e *Engine) everAccepted(id protocol.DelegationID) bool {
+func (e *requesterHalf) everAccepted(id protocol.DelegationID) bool {
 	evs, err := e.st.Events(store.RoleRequester, id, 0)
 	if err != nil {
 		return true // unsure: keep trying until the deadline
@@ -300,7 +300,7 @@ func (e *Engine) everAccepted(id protocol.DelegationID) bool {
 // expireOutgoing gives up on a delegation whose deadline passed with no
 // result, and tells the provider (best effort). A provider out of reach
 // since lost is named as the reason, not the clock.
-func (e *Engine) expireOutgoing(d store.Delegation, lost *pathLoss) {
+func (e *requesterHalf) expireOutgoing(d store.Delegation, lost *pathLoss) {
 	if _, err := e.transition(store.RoleRequester, d.ID, protocol.StateExpired, store.Event{}, func(x *store.Delegation) {
 		x.Reason = ReasonTimeout
 		if lost != nil {
@@ -331,7 +331,7 @@ const (
 // A fresh attempt is the first one of a delegation just offered: it starts
 // from d as Delegate built it, reading nothing back, and waits for cr (the
 // write of d) before it reads the provider's answer.
-func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created) (outcome, error) {
+func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created) (outcome, error) {
 	cur := d
 	var all []store.Event
 	if !fresh {
@@ -413,13 +413,13 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 			return nil
 		})
 	}
-	e.mu.Lock()
+	e.reqMu.Lock()
 	o.conn = c
-	e.mu.Unlock()
+	e.reqMu.Unlock()
 	defer func() {
-		e.mu.Lock()
+		e.reqMu.Lock()
 		o.conn = nil
-		e.mu.Unlock()
+		e.reqMu.Unlock()
 	}()
 	r.c = c
 	if err := cr.wait(); err != nil {
@@ -449,7 +449,7 @@ const requesterFlushBytes = 256 << 10
 
 // eventBuffer holds a requester's not-yet-stored events for one stream.
 type eventBuffer struct {
-	e     *Engine
+	e     *core
 	id    protocol.DelegationID
 	mu    sync.Mutex
 	evs   []store.Event
@@ -546,7 +546,7 @@ const (
 // stream (and return) for a budget: generous beside the executors' own
 // accounting of about four bytes per token, and never above the payload
 // limit.
-func (e *Engine) outputCap(budget uint64) int {
+func (e *core) outputCap(budget uint64) int {
 	const bytesPerToken, floor = 32, 64 << 10
 	if budget > uint64(e.maxPayload)/bytesPerToken {
 		return e.maxPayload
@@ -558,7 +558,7 @@ func (e *Engine) outputCap(budget uint64) int {
 // requester's view of the delegation: what the provider may send next
 // depends on what it sent before.
 type providerReader struct {
-	e        *Engine
+	e        *requesterHalf
 	d        store.Delegation
 	c        *protocol.Conn
 	buf      *eventBuffer
@@ -576,7 +576,7 @@ type providerReader struct {
 // here (outcomeDone), the provider preempted it, or the stream fails.
 func (r *providerReader) read() (outcome, error) {
 	e, d := r.e, r.d
-	r.buf = &eventBuffer{e: e, id: d.ID}
+	r.buf = &eventBuffer{e: e.core, id: d.ID}
 	defer func() { _ = r.buf.flush() }() // a reattach reads the log to resume from
 	for {
 		wait := d.Deadline.Sub(e.cfg.Now())
@@ -751,7 +751,7 @@ func (r *providerReader) violation(reason, detail string) outcome {
 // it is too large to keep) but the delegation ends failed with the reason.
 //
 // transcript is the attempt's log, before included.
-func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event) {
+func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event) {
 	state, reason := m.State, m.Reason
 	keep := raw
 	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
@@ -784,7 +784,7 @@ func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, 
 // checkProof verifies a result's proof against what this node sent and
 // received: the provider's signature, the offer hash and the transcript
 // (the current attempt's log).
-func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event) error {
+func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event) error {
 	p, err := protocol.VerifyResultProof(d.Peer, m.Proof)
 	if err != nil {
 		return err
@@ -814,7 +814,7 @@ func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m
 
 // Cancel ends a delegation this node requested. A remote provider is told
 // on the live stream, or on a new one.
-func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
+func (e *requesterHalf) Cancel(id protocol.DelegationID, reason string) error {
 	if reason == "" {
 		reason = "cancelled by requester"
 	}
@@ -826,9 +826,9 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 		return fmt.Errorf("delegation %s already %s: %w", id, d.State, store.ErrTerminal)
 	}
 	if !d.Remote {
-		e.mu.Lock()
-		t := e.running[id]
-		e.mu.Unlock()
+		e.prov.provMu.Lock()
+		t := e.prov.running[id]
+		e.prov.provMu.Unlock()
 		if t != nil {
 			t.cancel(&stopCause{protocol.StateCancelled, reason})
 			<-t.done
@@ -839,13 +839,13 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
+	e.reqMu.Lock()
 	o := e.outgoing[id]
 	var c *protocol.Conn
 	if o != nil {
 		c = o.conn
 	}
-	e.mu.Unlock()
+	e.reqMu.Unlock()
 	if c != nil && c.Send(&protocol.DelegationCancel{ID: id, Reason: reason}) == nil {
 		e.trace(Sent, d.Peer, &protocol.DelegationCancel{ID: id, Reason: reason})
 	} else if d.Remote {
@@ -861,7 +861,7 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 }
 
 // sendCancel tells a provider on a fresh stream, in the background.
-func (e *Engine) sendCancel(p peer.ID, id protocol.DelegationID, reason string) {
+func (e *requesterHalf) sendCancel(p peer.ID, id protocol.DelegationID, reason string) {
 	_ = e.goWithRun(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
 		defer cancel()
@@ -881,7 +881,7 @@ func (e *Engine) sendCancel(p peer.ID, id protocol.DelegationID, reason string) 
 
 // reofferTarget picks another provider of d's profile, not one that has
 // preempted it.
-func (e *Engine) reofferTarget(ctx context.Context, d store.Delegation, exclude map[peer.ID]bool) (peer.ID, bool) {
+func (e *requesterHalf) reofferTarget(ctx context.Context, d store.Delegation, exclude map[peer.ID]bool) (peer.ID, bool) {
 	if e.cfg.NoReoffer || e.cfg.Finder == nil {
 		return "", false
 	}
@@ -904,7 +904,7 @@ func (e *Engine) reofferTarget(ctx context.Context, d store.Delegation, exclude 
 
 // reoffer moves a preempted delegation to provider next: the log marks
 // where the new attempt starts, and the same offer goes out again.
-func (e *Engine) reoffer(d store.Delegation, next peer.ID) error {
+func (e *requesterHalf) reoffer(d store.Delegation, next peer.ID) error {
 	if _, err := e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
 		x.Peer = next
 		return nil
@@ -917,7 +917,7 @@ func (e *Engine) reoffer(d store.Delegation, next peer.ID) error {
 }
 
 // endPreempted ends a delegation that no other provider could take over.
-func (e *Engine) endPreempted(d store.Delegation) {
+func (e *requesterHalf) endPreempted(d store.Delegation) {
 	_, _ = e.transition(store.RoleRequester, d.ID, protocol.StatePreempted, store.Event{}, func(x *store.Delegation) {
 		x.Reason = "preempted by the provider's local work; no other provider took it"
 	})
@@ -925,7 +925,7 @@ func (e *Engine) endPreempted(d store.Delegation) {
 
 // recoverRequester resumes the remote delegations a previous run left open
 // and fails the local ones, whose executors died with the process.
-func (e *Engine) recoverRequester() error {
+func (e *requesterHalf) recoverRequester() error {
 	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleRequester), States: liveStates})
 	if err != nil {
 		return err

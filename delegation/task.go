@@ -48,6 +48,7 @@ type task struct {
 	record    store.Delegation
 	openEvs   []store.Event
 	openTimer *time.Timer
+	abort     func() // resets the stream the task was offered on
 	// logged is every event stored for the task, in order: the transcript
 	// its result proof covers, kept so that finishing reads nothing back.
 	logged []store.Event
