@@ -288,6 +288,13 @@ func TestProviderRestartFailsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStarted(t, block)
+	// Once the provider has stored (and so acknowledged) the task: before
+	// that, a crash loses only an unacknowledged offer, which the requester
+	// offers again (TestProviderCrashBeforeAcceptRunsAgain).
+	waitFor(t, "provider stored the task", func() bool {
+		_, err := b.st.DelegationInfo(store.RoleProvider, id)
+		return err == nil
+	})
 	b.crash()
 	b.start()
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -298,6 +305,39 @@ func TestProviderRestartFailsInFlight(t *testing.T) {
 	}
 	if _, err := a.engine().Verify(id); err != nil {
 		t.Fatalf("restart result proof: %v", err)
+	}
+}
+
+// TestProviderCrashBeforeAcceptRunsAgain: a provider that crashes while a
+// task runs but before it stored (and acknowledged) it has promised
+// nothing; the requester offers the task again and the restarted provider
+// runs it from the start.
+func TestProviderCrashBeforeAcceptRunsAgain(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	b.engine().SetOpenDelay(time.Hour) // the task stays unstored until it ends
+	ctx := context.Background()
+	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	b.crash()
+	b.start()
+	waitStarted(t, block) // offered again, and running again
+	block.Release()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: x" {
+		t.Fatalf("state %s reason %q output %q err %v, want completed", d.State, d.Reason, Output(d), err)
+	}
+	if _, err := a.engine().Verify(id); err != nil {
+		t.Fatalf("result proof: %v", err)
 	}
 }
 

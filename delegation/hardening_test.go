@@ -322,12 +322,15 @@ func TestOutputFloodBounded(t *testing.T) {
 	t.Run("frames", func(t *testing.T) {
 		sent.Store(0)
 		evilProvider(t, b, flood("", 5000))
+		start := time.Now()
 		d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
 		if d.State != protocol.StateFailed || !strings.HasPrefix(d.Reason, ReasonOutputViolation) {
 			t.Fatalf("state %s reason %q, want failed %s", d.State, d.Reason, ReasonOutputViolation)
 		}
 		evs, _ := a.st.Events(store.RoleRequester, d.ID, 0)
-		if len(evs) > statusBurst+10 {
+		// The burst, what the rate refilled meanwhile (a loaded machine
+		// reads the flood slowly), and a few events that are not statuses.
+		if allowed := statusBurst + int(statusRate*time.Since(start).Seconds()) + 10; len(evs) > allowed {
 			t.Fatalf("the requester logged %d events of a status flood", len(evs))
 		}
 		t.Logf("provider sent %d empty statuses; requester logged %d events", sent.Load(), len(evs))

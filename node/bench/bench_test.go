@@ -63,9 +63,10 @@ func TestRunReportIsWellFormed(t *testing.T) {
 			t.Errorf("%s at %d: %.2f streams per op", name, p.Concurrency, p.StreamsPerOp)
 		}
 	}
-	// Both sides create the delegation and log at least its result; the
-	// steps list every create and event (several may share a write).
-	if a := r.Anatomy; a.Store != StoreDurable || a.RequesterWrites < 2 || a.ProviderWrites < 3 ||
+	// Both sides write the delegation at least once (a short task's
+	// create, events and result may share one write); the steps list
+	// every create and event.
+	if a := r.Anatomy; a.Store != StoreDurable || a.RequesterWrites < 1 || a.ProviderWrites < 1 ||
 		len(a.Steps) < a.RequesterWrites+a.ProviderWrites-1 || a.Steps[0].Write != "create" || a.RoundTrip <= 0 {
 		t.Errorf("anatomy %+v", a)
 	}
