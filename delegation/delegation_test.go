@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -190,7 +191,7 @@ func TestCancel(t *testing.T) {
 	if d.State != protocol.StateCancelled {
 		t.Fatalf("requester state %s", d.State)
 	}
-	waitFor(t, "provider cancelled", func() bool {
+	labtest.WaitFor(t, 15*time.Second, "provider cancelled", func() bool {
 		pd, err := b.st.GetDelegation(store.RoleProvider, id)
 		return err == nil && pd.State == protocol.StateCancelled && pd.Reason == "changed my mind"
 	})
@@ -258,7 +259,7 @@ func TestReattachAfterDroppedStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStarted(t, block)
-	waitFor(t, "requester running", func() bool { d, _ := a.engine().Get(id); return d.State == protocol.StateRunning })
+	labtest.WaitFor(t, 15*time.Second, "requester running", func() bool { d, _ := a.engine().Get(id); return d.State == protocol.StateRunning })
 	// Drop every connection between the two: the stream dies mid-run.
 	for _, c := range a.host.Network().ConnsToPeer(b.id.PeerID()) {
 		_ = c.Close()
@@ -291,7 +292,7 @@ func TestProviderRestartFailsInFlight(t *testing.T) {
 	// Once the provider has stored (and so acknowledged) the task: before
 	// that, a crash loses only an unacknowledged offer, which the requester
 	// offers again (TestProviderCrashBeforeAcceptRunsAgain).
-	waitFor(t, "provider stored the task", func() bool {
+	labtest.WaitFor(t, 15*time.Second, "provider stored the task", func() bool {
 		_, err := b.st.DelegationInfo(store.RoleProvider, id)
 		return err == nil
 	})
@@ -355,7 +356,7 @@ func TestRequesterRestartCollectsResult(t *testing.T) {
 	waitStarted(t, block)
 	a.stop()
 	block.Release()
-	waitFor(t, "provider finished while requester down", func() bool {
+	labtest.WaitFor(t, 15*time.Second, "provider finished while requester down", func() bool {
 		pd, err := b.st.GetDelegation(store.RoleProvider, id)
 		return err == nil && pd.State == protocol.StateCompleted
 	})
@@ -368,16 +369,5 @@ func TestRequesterRestartCollectsResult(t *testing.T) {
 	}
 	if _, err := a.engine().Verify(id); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

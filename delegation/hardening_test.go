@@ -21,6 +21,7 @@ import (
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -409,7 +410,7 @@ func TestPoolFairUnderSybilFlood(t *testing.T) {
 		}()
 	}
 	defer func() { close(stop); slow.Release(); wg.Wait() }()
-	waitFor(t, "the flood to take the slots open to it", func() bool { return accepted.Load() >= 1 })
+	labtest.WaitFor(t, 15*time.Second, "the flood to take the slots open to it", func() bool { return accepted.Load() >= 1 })
 	ok, total := 0, 100
 	for i := range total {
 		d := delegateAndWait(t, friend, Request{Profile: "echo", Peer: provider.id.PeerID(), Task: textTask(fmt.Sprint("hi ", i)), BudgetTokens: 10})

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
+	"github.com/kithmesh/kith/internal/backoff"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -172,7 +173,7 @@ func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 }
 
 func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *outgoing, cr *created) {
-	backoff := e.cfg.ReattachBackoff
+	bo := backoff.Backoff{Initial: e.cfg.ReattachBackoff, Max: maxReattachBackoff}
 	preemptedBy := map[peer.ID]bool{}
 	var lost *pathLoss // the provider's path went away and has not come back
 	for attempt := 0; ; attempt++ {
@@ -200,7 +201,7 @@ func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *o
 			return
 		case outcomeConnected:
 			lost = nil // the stream worked, then broke: a new loss below
-			backoff = e.cfg.ReattachBackoff
+			bo.Reset()
 		}
 		if ctx.Err() != nil {
 			return // engine stopping or cancelled: Cancel/recover take over
@@ -223,13 +224,9 @@ func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *o
 			})
 			return
 		}
-		wait := min(backoff, d.Deadline.Sub(e.cfg.Now()))
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, max(min(bo.Next(), d.Deadline.Sub(e.cfg.Now())), 0)) {
 			return
-		case <-time.After(max(wait, 0)):
 		}
-		backoff = min(2*backoff, maxReattachBackoff)
 	}
 }
 
