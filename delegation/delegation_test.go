@@ -342,6 +342,44 @@ func TestProviderCrashBeforeAcceptRunsAgain(t *testing.T) {
 	}
 }
 
+// A requester that comes back while its task still runs unstored on the
+// provider (see openDelay) asks again for the same delegation: the
+// provider stores the running task then and answers for it, instead of
+// taking the offer as new and running it a second time.
+func TestRequesterBackWhileTaskUnstoredRunsItOnce(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	b.engine().SetOpenDelay(time.Hour) // the task stays unstored until it ends or is asked for
+	id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("z"), BudgetTokens: 10, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	a.crash()
+	a.start()
+	labtest.WaitFor(t, 15*time.Second, "the provider stores the task when the requester asks again", func() bool {
+		_, err := b.st.GetDelegation(store.RoleProvider, id)
+		return err == nil
+	})
+	block.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: z" {
+		t.Fatalf("state %s reason %q output %q err %v, want completed", d.State, d.Reason, Output(d), err)
+	}
+	if n := len(block.started); n != 0 {
+		t.Fatalf("the task ran %d more times", n)
+	}
+	if _, err := a.engine().Verify(id); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRequesterRestartCollectsResult(t *testing.T) {
 	block := newBlocking()
 	t.Cleanup(block.Release)

@@ -373,11 +373,11 @@ func (e *providerHalf) openTask(t *task, extra ...store.Event) (open, stored boo
 // the one it chose. Each peer so sees only its own delegations, and an
 // offer or a query answers the same whether or not another peer uses the ID.
 func (e *providerHalf) providerKey(remote peer.ID, id protocol.DelegationID) (protocol.DelegationID, bool) {
-	d, err := e.st.DelegationInfo(store.RoleProvider, id)
-	if err != nil {
+	owner, ok := e.owner(id)
+	if !ok {
 		return id, false
 	}
-	if d.Peer == remote {
+	if owner == remote {
 		return id, true
 	}
 	h := sha256.New()
@@ -386,8 +386,43 @@ func (e *providerHalf) providerKey(remote peer.ID, id protocol.DelegationID) (pr
 	h.Write(id[:])
 	var key protocol.DelegationID
 	copy(key[:], h.Sum(nil))
-	d, err = e.st.DelegationInfo(store.RoleProvider, key)
-	return key, err == nil && d.Peer == remote
+	owner, ok = e.owner(key)
+	return key, ok && owner == remote
+}
+
+// owner is the requester of the provider delegation kept under key: a task
+// running, stored or not yet (see openDelay), or one in the store.
+func (e *providerHalf) owner(key protocol.DelegationID) (peer.ID, bool) {
+	e.provMu.Lock()
+	t := e.running[key]
+	e.provMu.Unlock()
+	if t != nil && t.role == store.RoleProvider {
+		return t.requester, true
+	}
+	d, err := e.st.DelegationInfo(store.RoleProvider, key)
+	if err != nil {
+		return "", false
+	}
+	return d.Peer, true
+}
+
+// settle makes sure that a task running unstored (see openDelay) is in the
+// store before a reattach reads its log: it stores it now, or waits for
+// the write that stores it with its result.
+func (e *providerHalf) settle(ctx context.Context, key protocol.DelegationID) {
+	e.provMu.Lock()
+	t := e.running[key]
+	e.provMu.Unlock()
+	if t == nil || t.role != store.RoleProvider {
+		return
+	}
+	if open, _ := e.openTask(t); open {
+		return
+	}
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+	}
 }
 
 // readRequester reads what the requester sends on an attached stream
@@ -712,6 +747,9 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 // everything sent so far and, while the task runs, attaches the stream.
 func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
 	key, found := e.providerKey(remote, q.ID)
+	if found {
+		e.settle(ctx, key)
+	}
 	if !found {
 		// Unknown, or someone else's: the same answer, so that IDs cannot be probed.
 		_ = e.send(c, remote, &protocol.DelegationStatus{ID: q.ID, State: protocol.StateUnknown})
