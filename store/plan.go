@@ -424,10 +424,11 @@ func (s *Store) PlanSubtasks(id protocol.DelegationID) ([]PlanSubtask, error) {
 }
 
 // PutPlanSubtask replaces the state of one subtask of an existing plan and
-// appends entries to the plan's ledger in the same write, so that a result
-// and the proposals it carried are recorded together or not at all. It
-// returns the entries as numbered.
-func (s *Store) PutPlanSubtask(st PlanSubtask, entries ...PlanEntry) ([]PlanEntry, error) {
+// appends the entries that entries (when not nil) builds from the ledger as
+// it stands to the plan's ledger in the same write, so that a result and
+// the proposals it carried are recorded together or not at all. It returns
+// the entries as numbered.
+func (s *Store) PutPlanSubtask(st PlanSubtask, entries func(ledger []PlanEntry) ([]PlanEntry, error)) ([]PlanEntry, error) {
 	if err := validSubtaskID(st.ID); err != nil {
 		return nil, err
 	}
@@ -442,8 +443,18 @@ func (s *Store) PutPlanSubtask(st PlanSubtask, entries ...PlanEntry) ([]PlanEntr
 		if err := putPlanJSON(txn, append(planSubtaskPrefix(st.Plan), st.ID...), st.record(), "plan subtask "+st.ID); err != nil {
 			return err
 		}
-		var err error
-		out, err = s.appendPlanEntries(txn, st.Plan, entries)
+		if entries == nil {
+			return nil
+		}
+		ledger, err := planLedger(txn, st.Plan)
+		if err != nil {
+			return err
+		}
+		add, err := entries(ledger)
+		if err != nil {
+			return err
+		}
+		out, err = s.appendPlanEntries(txn, st.Plan, add)
 		return err
 	})
 	return out, err

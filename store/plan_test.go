@@ -27,7 +27,9 @@ func TestPlanRoundTripAcrossRestart(t *testing.T) {
 	a := PlanSubtask{Plan: id, ID: "a", State: "done", Attempts: []PlanAttempt{
 		{Marker: "kith-plan/x/a/1", Delegation: dlg, Peer: prov, State: "completed", Budget: 100, Used: 7},
 	}}
-	got, err := s.PutPlanSubtask(a, PlanEntry{Kind: "proposal", Slug: "use-go", Type: "architecture", Body: "Go", Subtask: "a", Delegation: dlg})
+	got, err := s.PutPlanSubtask(a, func([]PlanEntry) ([]PlanEntry, error) {
+		return []PlanEntry{{Kind: "proposal", Slug: "use-go", Type: "architecture", Body: "Go", Subtask: "a", Delegation: dlg}}, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func TestPlanRoundTripAcrossRestart(t *testing.T) {
 func TestPlanRefusals(t *testing.T) {
 	s, _ := openTest(t, Options{})
 	id := protocol.NewDelegationID()
-	if _, err := s.PutPlanSubtask(PlanSubtask{Plan: id, ID: "a"}); !errors.Is(err, ErrNotFound) {
+	if _, err := s.PutPlanSubtask(PlanSubtask{Plan: id, ID: "a"}, nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("subtask of a missing plan: %v", err)
 	}
 	if err := s.CreatePlan(Plan{ID: id}, []PlanSubtask{{ID: "a/b"}}); !errors.Is(err, ErrInvalid) {
