@@ -423,30 +423,44 @@ func (s *Store) PlanSubtasks(id protocol.DelegationID) ([]PlanSubtask, error) {
 	return out, err
 }
 
-// PutPlanSubtask replaces the state of one subtask of an existing plan and
-// appends the entries that entries (when not nil) builds from the ledger as
-// it stands to the plan's ledger in the same write, so that a result and
-// the proposals it carried are recorded together or not at all. It returns
-// the entries as numbered.
+// PutPlanSubtask replaces the state of one subtask of an existing plan;
+// see PutPlanSubtasks.
 func (s *Store) PutPlanSubtask(st PlanSubtask, entries func(ledger []PlanEntry) ([]PlanEntry, error)) ([]PlanEntry, error) {
-	if err := validSubtaskID(st.ID); err != nil {
-		return nil, err
+	return s.PutPlanSubtasks(st.Plan, []PlanSubtask{st}, entries)
+}
+
+// PutPlanSubtasks replaces the state of subtasks of an existing plan and
+// appends the entries that entries (when not nil) builds from the ledger as
+// it stands to the plan's ledger, all in one write, so that results and the
+// proposals they carried are recorded together or not at all. It returns
+// the entries as numbered.
+func (s *Store) PutPlanSubtasks(plan protocol.DelegationID, subs []PlanSubtask, entries func(ledger []PlanEntry) ([]PlanEntry, error)) ([]PlanEntry, error) {
+	for _, st := range subs {
+		if err := validSubtaskID(st.ID); err != nil {
+			return nil, err
+		}
+		if st.Plan != plan {
+			return nil, fmt.Errorf("%w: subtask %s belongs to plan %s, not %s", ErrInvalid, st.ID, st.Plan, plan)
+		}
 	}
 	var out []PlanEntry
-	err := s.update([]string{planLock(st.Plan)}, func(txn *badger.Txn) error {
-		if _, err := txn.Get(planKey(st.Plan)); errors.Is(err, badger.ErrKeyNotFound) {
-			return fmt.Errorf("%w: plan %s", ErrNotFound, st.Plan)
+	err := s.update([]string{planLock(plan)}, func(txn *badger.Txn) error {
+		if _, err := txn.Get(planKey(plan)); errors.Is(err, badger.ErrKeyNotFound) {
+			return fmt.Errorf("%w: plan %s", ErrNotFound, plan)
 		} else if err != nil {
-			return fmt.Errorf("store: read plan %s: %w", st.Plan, err)
+			return fmt.Errorf("store: read plan %s: %w", plan, err)
 		}
-		st.UpdatedAt = s.clock()
-		if err := putPlanJSON(txn, append(planSubtaskPrefix(st.Plan), st.ID...), st.record(), "plan subtask "+st.ID); err != nil {
-			return err
+		now := s.clock()
+		for _, st := range subs {
+			st.UpdatedAt = now
+			if err := putPlanJSON(txn, append(planSubtaskPrefix(plan), st.ID...), st.record(), "plan subtask "+st.ID); err != nil {
+				return err
+			}
 		}
 		if entries == nil {
 			return nil
 		}
-		ledger, err := planLedger(txn, st.Plan)
+		ledger, err := planLedger(txn, plan)
 		if err != nil {
 			return err
 		}
@@ -454,7 +468,7 @@ func (s *Store) PutPlanSubtask(st PlanSubtask, entries func(ledger []PlanEntry) 
 		if err != nil {
 			return err
 		}
-		out, err = s.appendPlanEntries(txn, st.Plan, add)
+		out, err = s.appendPlanEntries(txn, plan, add)
 		return err
 	})
 	return out, err

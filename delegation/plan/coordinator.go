@@ -187,7 +187,7 @@ func stepOrder(s *Spec) []string {
 func (c *Coordinator) start(id protocol.DelegationID, s *Spec, subs []store.PlanSubtask) error {
 	r := &runner{
 		c: c, id: id, spec: s, order: stepOrder(s), subs: map[string]*store.PlanSubtask{},
-		results: make(chan result, len(subs)+1), stop: make(chan string, 1), outputs: map[string]string{},
+		results: make(chan result, len(subs)+1), stop: make(chan string, 1), outputs: map[string]string{}, dirty: map[string]bool{},
 	}
 	for i := range subs {
 		r.subs[subs[i].ID] = &subs[i]

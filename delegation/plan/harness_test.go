@@ -26,7 +26,7 @@ import (
 // disk, a delegation engine and a plan coordinator, which can be stopped
 // and started again on the same store (a restart of the process).
 type node struct {
-	t     *testing.T
+	t     testing.TB
 	id    *crypto.Identity
 	host  host.Host
 	dir   string
@@ -62,7 +62,7 @@ func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Strea
 }
 
 // newMesh makes n connected nodes; profiles(i) lists node i's profiles.
-func newMesh(t *testing.T, n int, profiles func(i int) []delegation.Profile) *mesh {
+func newMesh(t testing.TB, n int, profiles func(i int) []delegation.Profile) *mesh {
 	t.Helper()
 	m := &mesh{mn: mocknet.New()}
 	t.Cleanup(func() { m.mn.Close() })
@@ -107,7 +107,7 @@ func (n *node) start() {
 	eng, err := delegation.New(delegation.Config{
 		Identity: n.id, Store: st, Dialer: hostDialer{n.host}, Finder: n.mesh, Profiles: profs,
 		Conn: protocol.ConnOptions{IOTimeout: 2 * time.Second}, ReattachBackoff: 20 * time.Millisecond,
-		MaxRemoteConcurrent: 32, MaxRemotePerPeer: 32,
+		MaxRemoteConcurrent: 128, MaxRemotePerPeer: 128, MaxUntrustedRemote: 128,
 	})
 	if err != nil {
 		n.t.Fatal(err)

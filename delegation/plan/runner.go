@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -25,6 +26,8 @@ type runner struct {
 	outputs map[string]string // finished steps' outputs, read once
 	results chan result
 	stop    chan string
+	dirty   map[string]bool // subtasks changed since the last flush
+	props   []proposed      // proposals settled since the last flush
 	ctx     context.Context
 	cancel  context.CancelFunc
 }
@@ -33,6 +36,11 @@ type result struct {
 	sub string
 	d   store.Delegation
 }
+
+// lazyFlush is how long a change that needs no write of its own (a
+// delegation ID, which the attempt's marker also finds) may wait for the
+// next write before it gets one.
+const lazyFlush = 50 * time.Millisecond
 
 // retryPause is how long a runner waits before trying again a dispatch the
 // engine could not take (it was stopping or not yet running).
@@ -62,6 +70,10 @@ func (r *runner) run() {
 			r.watch(s)
 		}
 	}
+	if r.flush() != nil {
+		return
+	}
+	var lazy <-chan time.Time
 	for {
 		again, over := r.advance()
 		if over {
@@ -71,6 +83,9 @@ func (r *runner) run() {
 		if again {
 			tick = time.After(retryPause)
 		}
+		if len(r.dirty) > 0 && lazy == nil {
+			lazy = time.After(lazyFlush)
+		}
 		select {
 		case <-r.ctx.Done():
 			return
@@ -78,23 +93,66 @@ func (r *runner) run() {
 			r.end(StateCancelled, why)
 			return
 		case res := <-r.results:
-			r.settle(res)
+			// Results that arrived together are recorded in one write.
+			batch := []result{res}
+		drain:
+			for {
+				select {
+				case more := <-r.results:
+					batch = append(batch, more)
+				default:
+					break drain
+				}
+			}
+			r.settle(batch) // recorded by advance's write, before anything acts on it
+		case <-lazy:
+			lazy = nil
+			if r.flush() != nil {
+				return
+			}
 		case <-tick:
 		}
 	}
 }
 
-// persist writes a subtask's state (and the ledger entries add builds)
-// before anything acts on it.
-func (r *runner) persist(s *store.PlanSubtask, add func([]store.PlanEntry) ([]store.PlanEntry, error)) error {
-	_, err := r.c.st.PutPlanSubtask(*s, add)
-	if err != nil {
-		r.c.log.Error("record subtask", "plan", r.id, "subtask", s.ID, "err", err)
+// flush writes every subtask changed since the last flush, and the
+// proposals settled results carried, in one write, before anything acts
+// on the change. A runner whose store refuses a write stops: what it holds
+// in memory is no longer what a restart would read, so the store wins.
+func (r *runner) flush() error {
+	if len(r.dirty) == 0 && len(r.props) == 0 {
+		return nil
+	}
+	var add func([]store.PlanEntry) ([]store.PlanEntry, error)
+	if props := r.props; len(props) > 0 {
+		add = func(l []store.PlanEntry) ([]store.PlanEntry, error) {
+			var out []store.PlanEntry
+			for _, p := range props {
+				out = append(out, proposalEntries(append(l[:len(l):len(l)], out...), p.ps, p.sub, p.did)...)
+			}
+			return out, nil
+		}
+	}
+	subs := make([]store.PlanSubtask, 0, len(r.dirty))
+	for _, id := range r.order {
+		if r.dirty[id] {
+			subs = append(subs, *r.subs[id])
+		}
+	}
+	if _, err := r.c.st.PutPlanSubtasks(r.id, subs, add); err != nil {
+		if r.ctx.Err() == nil {
+			r.c.log.Error("record subtasks", "plan", r.id, "err", err)
+		}
+		r.cancel()
 		return err
 	}
+	clear(r.dirty)
+	r.props = nil
 	r.c.notify()
 	return nil
 }
+
+func (r *runner) touch(s *store.PlanSubtask) { r.dirty[s.ID] = true }
 
 // advance dispatches every ready step, in order, and ends the plan when it
 // is over. again: a dispatch must be tried again after a pause.
@@ -115,17 +173,20 @@ func (r *runner) advance() (again, over bool) {
 		r.end(StateCompleted, "")
 		return false, true
 	}
+	var ready []*store.PlanSubtask
 	for _, id := range r.order {
-		s := r.subs[id]
-		if s.State != SubPending || !r.ready(id) {
-			continue
+		if s := r.subs[id]; s.State == SubPending && r.ready(id) {
+			ready = append(ready, s)
 		}
-		if r.dispatch(s) {
-			again = true
-		}
-		if r.ctx.Err() != nil {
-			return false, true
-		}
+	}
+	if len(ready) == 0 {
+		return false, r.flush() != nil
+	}
+	again = r.dispatch(ready)
+	if r.ctx.Err() != nil {
+		return false, true
+	}
+	for _, s := range ready {
 		if s.State == SubFailed {
 			return r.advance()
 		}
@@ -155,16 +216,13 @@ func (r *runner) marker(s *store.PlanSubtask) protocol.ContextID {
 	return protocol.ContextID(fmt.Sprintf("kith-plan/%s/%s/%d", r.id, s.ID, len(s.Attempts)+1))
 }
 
-// dispatch makes the next attempt of a ready step: the attempt is recorded
-// (with its marker) before the delegation is made, and its delegation ID
-// as soon as the engine returns it. It reports whether the engine could
-// not take it now (try again later).
-func (r *runner) dispatch(s *store.PlanSubtask) (again bool) {
+// prepare records (in memory) the next attempt of a ready step and returns
+// the request that makes it.
+func (r *runner) prepare(s *store.PlanSubtask) (delegation.Request, error) {
 	step, _ := r.spec.step(s.ID)
 	budget := step.Budget - min(step.Budget, spent(s))
 	if budget == 0 {
-		r.failStep(s, "its budget is spent")
-		return false
+		return delegation.Request{}, errors.New("its budget is spent")
 	}
 	var exclude map[peer.ID]bool
 	if !r.spec.Retry.SamePeer {
@@ -172,62 +230,104 @@ func (r *runner) dispatch(s *store.PlanSubtask) (again bool) {
 	}
 	t, err := r.c.choose(r.ctx, step, exclude)
 	if err != nil {
-		r.failStep(s, err.Error())
-		return false
+		return delegation.Request{}, err
 	}
 	if t.maxBudget > 0 {
 		budget = min(budget, t.maxBudget)
 	}
 	text, err := r.compose(s.ID, step)
 	if err != nil {
-		r.failStep(s, err.Error())
-		return false
+		return delegation.Request{}, err
 	}
 	timeout := time.Duration(step.Timeout)
 	if timeout == 0 {
 		timeout = time.Duration(r.spec.Timeout)
 	}
-	a := store.PlanAttempt{
-		Marker: r.marker(s), State: attemptDispatching, Budget: budget, StartedAt: r.now(), Local: t.local,
-	}
+	a := store.PlanAttempt{Marker: r.marker(s), State: attemptDispatching, Budget: budget, StartedAt: r.now(), Local: t.local}
 	if !t.local {
 		a.Peer = t.peer
 	}
 	s.Attempts = append(s.Attempts, a)
 	s.State = SubDispatching
-	if r.persist(s, nil) != nil {
-		s.Attempts = s.Attempts[:len(s.Attempts)-1]
-		s.State = SubPending
-		return true
-	}
-	req := delegation.Request{
+	r.touch(s)
+	return delegation.Request{
 		Profile: step.Profile, Peer: t.peer, ContextID: a.Marker, BudgetTokens: budget, Timeout: timeout, Parent: r.id,
 		Task: protocol.Task{Role: "user", Parts: []protocol.Part{protocol.TextPart(text)}},
+	}, nil
+}
+
+// dispatch makes the next attempt of each ready step: the attempts are
+// recorded (with their markers) before the delegations are made, in
+// parallel, and their delegation IDs as soon as the engine returns them.
+// It reports whether some could not be made now (try again later).
+func (r *runner) dispatch(ready []*store.PlanSubtask) (again bool) {
+	type out struct {
+		s   *store.PlanSubtask
+		req delegation.Request
+		did protocol.DelegationID
+		err error
 	}
-	did, err := r.c.eng.Delegate(r.ctx, req)
-	last := &s.Attempts[len(s.Attempts)-1]
-	switch {
-	case err != nil && did.IsZero() && (errors.Is(err, delegation.ErrNotRunning) || r.ctx.Err() != nil):
-		// Nothing went out: the attempt stays recorded as dispatching,
-		// and is made again (here, or by a restarted coordinator).
-		r.c.log.Debug("engine not taking delegations", "plan", r.id, "subtask", s.ID, "err", err)
-		return r.ctx.Err() == nil && r.recoverDispatch(s)
-	case err != nil && did.IsZero():
-		last.State, last.Reason, last.EndedAt = protocol.StateFailed.String(), err.Error(), r.now()
-		s.State = SubPending
-		if !retryable(err) || len(s.Attempts) >= r.spec.Retry.Attempts {
-			s.State = SubFailed
+	var outs []*out
+	for _, s := range ready {
+		req, err := r.prepare(s)
+		if err != nil {
+			r.failStep(s, err.Error())
+			continue
 		}
-		_ = r.persist(s, nil)
-		r.c.log.Info("subtask dispatch failed", "plan", r.id, "subtask", s.ID, "attempt", len(s.Attempts), "err", err)
-		return s.State == SubPending // the next attempt after a pause
+		outs = append(outs, &out{s: s, req: req})
 	}
-	last.Delegation, last.State = did, protocol.StateOffered.String()
-	s.State = SubRunning
-	_ = r.persist(s, nil)
-	r.c.log.Info("subtask dispatched", "plan", r.id, "subtask", s.ID, "attempt", len(s.Attempts), "delegation", did, "peer", t.peer)
-	r.watch(s)
-	return false
+	if r.flush() != nil {
+		return false
+	}
+	var wg sync.WaitGroup
+	for _, o := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.did, o.err = r.c.eng.Delegate(r.ctx, o.req)
+		}()
+	}
+	wg.Wait()
+	var watch, recover []*store.PlanSubtask
+	for _, o := range outs {
+		s, did, err := o.s, o.did, o.err
+		last := &s.Attempts[len(s.Attempts)-1]
+		switch {
+		case err != nil && did.IsZero() && (errors.Is(err, delegation.ErrNotRunning) || r.ctx.Err() != nil):
+			// Nothing went out: the attempt stays recorded as dispatching
+			// and is made again (here, or by a restarted coordinator).
+			r.c.log.Debug("engine not taking delegations", "plan", r.id, "subtask", s.ID, "err", err)
+			recover = append(recover, s)
+		case err != nil && did.IsZero():
+			last.State, last.Reason, last.EndedAt = protocol.StateFailed.String(), err.Error(), r.now()
+			s.State = SubPending
+			if !retryable(err) || len(s.Attempts) >= r.spec.Retry.Attempts {
+				s.State = SubFailed
+			} else {
+				again = true // the next attempt after a pause
+			}
+			r.touch(s)
+			r.c.log.Info("subtask dispatch failed", "plan", r.id, "subtask", s.ID, "attempt", len(s.Attempts), "err", err)
+		default:
+			last.Delegation, last.State = did, protocol.StateOffered.String()
+			s.State = SubRunning
+			r.touch(s)
+			watch = append(watch, s)
+			r.c.log.Info("subtask dispatched", "plan", r.id, "subtask", s.ID, "attempt", len(s.Attempts), "delegation", did, "peer", o.req.Peer)
+		}
+	}
+	// The delegation IDs go out with the next write: until then the
+	// attempts' markers find them, as after a crash.
+	for _, s := range watch {
+		r.watch(s)
+	}
+	if len(recover) > 0 && r.ctx.Err() == nil {
+		for _, s := range recover {
+			r.recoverDispatch(s)
+		}
+		again = r.flush() == nil
+	}
+	return again
 }
 
 // retryable: another attempt could succeed where this one failed.
@@ -238,33 +338,31 @@ func retryable(err error) bool {
 func (r *runner) failStep(s *store.PlanSubtask, why string) {
 	s.Attempts = append(s.Attempts, store.PlanAttempt{State: protocol.StateFailed.String(), Reason: why, StartedAt: r.now(), EndedAt: r.now()})
 	s.State = SubFailed
-	_ = r.persist(s, nil)
+	r.touch(s)
 }
 
-// recoverDispatch settles an attempt recorded as dispatching: if its
-// delegation was made (found by its marker among the plan's children), it
-// is watched; otherwise nothing went out and the step is ready again. It
-// reports whether the attempt is to be made again.
-func (r *runner) recoverDispatch(s *store.PlanSubtask) bool {
+// recoverDispatch settles (in memory) an attempt recorded as dispatching:
+// if its delegation was made (found by its marker among the plan's
+// children), it is watched; otherwise nothing went out and the step is
+// ready again.
+func (r *runner) recoverDispatch(s *store.PlanSubtask) {
 	last := &s.Attempts[len(s.Attempts)-1]
 	parent := r.id
 	kids, err := r.c.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleRequester), Parent: &parent})
 	if err != nil {
 		r.c.log.Error("list plan delegations", "plan", r.id, "err", err)
 	}
+	r.touch(s)
 	for _, d := range kids {
 		if d.ContextID == last.Marker {
 			last.Delegation, last.State = d.ID, d.State.String()
 			s.State = SubRunning
-			_ = r.persist(s, nil)
 			r.watch(s)
-			return false
+			return
 		}
 	}
 	s.Attempts = s.Attempts[:len(s.Attempts)-1]
 	s.State = SubPending
-	_ = r.persist(s, nil)
-	return true
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -290,51 +388,52 @@ func (r *runner) watch(s *store.PlanSubtask) {
 	}()
 }
 
-// settle records how a step's delegation ended: done (with the proposals
-// its result carried, in the same write), or failed and, under the retry
-// policy, pending again for another provider.
-func (r *runner) settle(res result) {
-	s := r.subs[res.sub]
-	if s.State != SubRunning || len(s.Attempts) == 0 || s.Attempts[len(s.Attempts)-1].Delegation != res.d.ID {
-		return
-	}
-	d := res.d
-	a := &s.Attempts[len(s.Attempts)-1]
-	a.State, a.Reason, a.Used, a.EndedAt = d.State.String(), d.Reason, d.Usage.Total, r.now()
-	if d.Remote {
-		a.Peer, a.Local = d.Peer, false
-	} else {
-		a.Peer, a.Local = "", true
-	}
-	if d.State == protocol.StateCompleted {
-		var ps []Proposal
-		if out, err := delegation.Result(d); err == nil {
-			var problems []string
-			ps, problems = Proposals(out.Output)
-			if len(problems) > 0 {
-				a.Reason = "proposals dropped: " + strings.Join(problems, "; ")
+// settle notes (in memory) how steps' delegations ended: done, with the
+// proposals their results carried, or failed and, under the retry policy,
+// pending again for another provider. The next flush records it all in one
+// write, before the plan advances on it.
+func (r *runner) settle(batch []result) {
+	for _, res := range batch {
+		s := r.subs[res.sub]
+		if s.State != SubRunning || len(s.Attempts) == 0 || s.Attempts[len(s.Attempts)-1].Delegation != res.d.ID {
+			continue
+		}
+		d := res.d
+		a := &s.Attempts[len(s.Attempts)-1]
+		a.State, a.Reason, a.Used, a.EndedAt = d.State.String(), d.Reason, d.Usage.Total, r.now()
+		if d.Remote {
+			a.Peer, a.Local = d.Peer, false
+		} else {
+			a.Peer, a.Local = "", true
+		}
+		r.touch(s)
+		if d.State == protocol.StateCompleted {
+			s.State = SubDone
+			if out, err := delegation.Result(d); err == nil && s.ID != AssembleID {
+				ps, problems := Proposals(out.Output)
+				if len(problems) > 0 {
+					a.Reason = "proposals dropped: " + strings.Join(problems, "; ")
+				}
+				if len(ps) > 0 {
+					r.props = append(r.props, proposed{s.ID, d.ID, ps})
+				}
 			}
+			r.c.log.Info("subtask done", "plan", r.id, "subtask", s.ID, "delegation", d.ID)
+			continue
 		}
-		s.State = SubDone
-		var add func([]store.PlanEntry) ([]store.PlanEntry, error)
-		if len(ps) > 0 && s.ID != AssembleID {
-			add = func(l []store.PlanEntry) ([]store.PlanEntry, error) {
-				return proposalEntries(l, ps, s.ID, d.ID), nil
-			}
+		s.State = SubPending
+		if len(s.Attempts) >= r.spec.Retry.Attempts {
+			s.State = SubFailed
 		}
-		if r.persist(s, add) != nil {
-			s.State = SubRunning
-			return
-		}
-		r.c.log.Info("subtask done", "plan", r.id, "subtask", s.ID, "delegation", d.ID, "proposals", len(ps))
-		return
+		r.c.log.Info("subtask attempt ended", "plan", r.id, "subtask", s.ID, "state", d.State, "reason", d.Reason, "attempt", len(s.Attempts), "next", s.State)
 	}
-	s.State = SubPending
-	if len(s.Attempts) >= r.spec.Retry.Attempts {
-		s.State = SubFailed
-	}
-	_ = r.persist(s, nil)
-	r.c.log.Info("subtask attempt ended", "plan", r.id, "subtask", s.ID, "state", d.State, "reason", d.Reason, "attempt", len(s.Attempts), "next", s.State)
+}
+
+// proposed is what one result proposed, waiting for the next flush.
+type proposed struct {
+	sub string
+	did protocol.DelegationID
+	ps  []Proposal
 }
 
 // output is a finished step's output, with its proposal blocks removed.
@@ -408,7 +507,10 @@ func (r *runner) end(state, why string) {
 		default:
 			continue
 		}
-		_ = r.persist(s, nil)
+		r.touch(s)
+	}
+	if r.flush() != nil {
+		return
 	}
 	if _, err := r.c.st.UpdatePlan(r.id, func(p *store.Plan) error {
 		p.State, p.Reason = state, why
