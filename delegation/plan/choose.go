@@ -58,14 +58,16 @@ func (c *Coordinator) localProfile(name string) (protocol.Profile, bool) {
 	return protocol.Profile{}, false
 }
 
-// known returns the verified assertions this node holds, asking the
-// finder's candidates for profile that it knows nothing of yet.
-func (c *Coordinator) known(ctx context.Context, profile string) map[peer.ID]protocol.CapabilityAssertion {
+// known returns the verified assertions this node holds; with ask, it
+// also asks the finder's candidates for profile that it knows nothing of
+// offering it yet (discovery may cost a DHT lookup, so only when what is
+// known does not do).
+func (c *Coordinator) known(ctx context.Context, profile string, ask bool) map[peer.ID]protocol.CapabilityAssertion {
 	out := map[peer.ID]protocol.CapabilityAssertion{}
 	for p, k := range c.eng.KnownCapabilities() {
 		out[p] = k.Assertion
 	}
-	if c.cfg.Finder == nil {
+	if !ask || c.cfg.Finder == nil {
 		return out
 	}
 	for _, p := range c.cfg.Finder.Candidates(ctx, profile) {
@@ -124,19 +126,24 @@ func (c *Coordinator) choose(ctx context.Context, st *Step, exclude map[peer.ID]
 		max   uint64
 	}
 	var cands []cand
-	for p, a := range c.known(ctx, st.Profile) {
-		if p == c.self || exclude[p] {
-			continue
+	for _, ask := range []bool{false, true} {
+		for p, a := range c.known(ctx, st.Profile, ask) {
+			if p == c.self || exclude[p] {
+				continue
+			}
+			pr, ok := offerOf(a, st.Profile)
+			if !ok || a.Capacity.FreeSlots == 0 {
+				continue
+			}
+			tr := c.trustOf(p)
+			if tr < minTrust {
+				continue
+			}
+			cands = append(cands, cand{p, tr, a.Capacity.FreeSlots, pr.MaxBudgetTokens})
 		}
-		pr, ok := offerOf(a, st.Profile)
-		if !ok || a.Capacity.FreeSlots == 0 {
-			continue
+		if len(cands) > 0 {
+			break
 		}
-		tr := c.trustOf(p)
-		if tr < minTrust {
-			continue
-		}
-		cands = append(cands, cand{p, tr, uint32(a.Capacity.FreeSlots), pr.MaxBudgetTokens})
 	}
 	if len(cands) == 0 {
 		why := "no provider offers it"
@@ -174,7 +181,7 @@ func (c *Coordinator) Check(ctx context.Context, s *Spec) error {
 		if offered[st.Profile] {
 			continue
 		}
-		for _, a := range c.known(ctx, st.Profile) {
+		for _, a := range c.known(ctx, st.Profile, true) {
 			for _, p := range a.Profiles {
 				offered[p.Name] = true
 			}

@@ -34,6 +34,9 @@ type View struct {
 type StepView struct {
 	ID       string
 	Profile  string
+	Task     string // as the plan wrote it
+	Peer     string
+	MinTrust string
 	After    []string
 	State    string
 	Budget   uint64
@@ -65,19 +68,9 @@ func (c *Coordinator) Get(id protocol.DelegationID) (View, error) {
 	}
 	v := View{ID: id, Name: p.Name, State: p.State, Reason: p.Reason, Budget: spec.Budget,
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, Ledger: ledger, Spec: &spec}
-	for _, sid := range stepOrder(&spec) {
-		st, _ := spec.step(sid)
-		s := byID[sid]
-		sv := StepView{ID: sid, Profile: st.Profile, State: s.State, Budget: st.Budget, Used: spent(&s), Attempts: s.Attempts}
-		if sid == AssembleID {
-			sv.After = order(spec.Subtasks)
-		} else {
-			for _, x := range spec.Subtasks {
-				if x.ID == sid {
-					sv.After = x.After
-				}
-			}
-		}
+	for _, sv := range spec.stepViews() {
+		s := byID[sv.ID]
+		sv.State, sv.Used, sv.Attempts = s.State, spent(&s), s.Attempts
 		v.Used += sv.Used
 		v.Steps = append(v.Steps, sv)
 	}
@@ -85,6 +78,38 @@ func (c *Coordinator) Get(id protocol.DelegationID) (View, error) {
 		v.Output = c.planOutput(v)
 	}
 	return v, nil
+}
+
+// stepViews is the plan's steps in dependency order, the assemble step
+// last, as written (no state).
+func (s *Spec) stepViews() []StepView {
+	var out []StepView
+	for _, sid := range stepOrder(s) {
+		st, _ := s.step(sid)
+		sv := StepView{ID: sid, Profile: st.Profile, Task: st.Task, Peer: st.Peer, MinTrust: st.MinTrust, Budget: st.Budget}
+		if sid == AssembleID {
+			sv.After = order(s.Subtasks)
+		} else {
+			for _, x := range s.Subtasks {
+				if x.ID == sid {
+					sv.After = x.After
+				}
+			}
+		}
+		out = append(out, sv)
+	}
+	return out
+}
+
+// Preview is a validated plan as it would run: its steps in dependency
+// order with their budgets shared out, in state "checked".
+func (s *Spec) Preview() View {
+	v := View{Name: s.Name, State: "checked", Budget: s.Budget, Spec: s}
+	for _, sv := range s.stepViews() {
+		sv.State = SubPending
+		v.Steps = append(v.Steps, sv)
+	}
+	return v
 }
 
 func (c *Coordinator) planOutput(v View) string {
