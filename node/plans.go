@@ -266,3 +266,52 @@ func (n *Node) handleDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, entryToAPI(plan.Entry{PlanEntry: e}))
 }
+
+// planTree hangs the delegations of each plan this node coordinates under
+// one node for the plan itself (role "plan", its ID, name, state and
+// tokens), so that GET /tree and the dashboard show a plan as the parent
+// of its subtasks. Everything else stays as it was.
+func (n *Node) planTree(roots []api.TreeNode) []api.TreeNode {
+	co := n.Plans()
+	if co == nil {
+		return roots
+	}
+	plans := map[string]*api.TreeNode{}
+	var out []api.TreeNode
+	var order []string
+	for _, r := range roots {
+		if r.Parent == "" {
+			out = append(out, r)
+			continue
+		}
+		pn, ok := plans[r.Parent]
+		if !ok {
+			id, err := protocol.ParseDelegationID(r.Parent)
+			if err != nil {
+				out = append(out, r)
+				continue
+			}
+			v, err := co.Get(id)
+			if err != nil {
+				out = append(out, r) // a child whose parent is not a plan of this node
+				continue
+			}
+			profile := "plan"
+			if v.Name != "" {
+				profile = "plan " + v.Name
+			}
+			pn = &api.TreeNode{Delegation: api.Delegation{
+				ID: v.ID.String(), Role: "plan", Profile: profile, State: v.State, Reason: v.Reason,
+				Budget: v.Budget, Usage: api.Usage{Total: v.Used}, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
+				Terminal: v.State != plan.StateRunning,
+			}}
+			plans[r.Parent] = pn
+			order = append(order, r.Parent)
+		}
+		pn.Children = append(pn.Children, r)
+	}
+	for _, id := range order {
+		out = append(out, *plans[id])
+	}
+	return out
+}

@@ -88,6 +88,20 @@ task = "after {{outputs.s1}}"
 	if err := c.CancelPlan(ctx, p.ID, ""); err == nil || !strings.Contains(err.Error(), "already ended") {
 		t.Fatalf("cancel of a finished plan: %v", err)
 	}
+	// The tree shows the plan as the parent of its subtasks' delegations.
+	tree, err := c.Tree(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pn *api.TreeNode
+	for i := range tree {
+		if tree[i].ID == p.ID {
+			pn = &tree[i]
+		}
+	}
+	if pn == nil || pn.Role != "plan" || pn.Profile != "plan api" || pn.State != "completed" || len(pn.Children) != 2 {
+		t.Fatalf("tree: no plan node with its two delegations: %+v", tree)
+	}
 	ps, err := c.Plans(ctx)
 	if err != nil || len(ps) != 1 || ps[0].ID != p.ID || ps[0].State != "completed" {
 		t.Fatalf("plans: %+v %v", ps, err)
