@@ -8,7 +8,6 @@ import (
 
 	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/protocol"
-	"github.com/kithmesh/kith/store"
 )
 
 // Proposals come in three shapes; malformed ones are dropped and said so.
@@ -133,7 +132,6 @@ func TestLedgerRules(t *testing.T) {
 	if err != nil || len(raw) != 5 || raw[3].Kind != KindDecision || raw[3].Ref != 1 || raw[4].Origin != "test" {
 		t.Fatalf("stored ledger %+v %v", raw, err)
 	}
-	_ = store.PlanEntry{}
 }
 
 func FuzzProposals(f *testing.F) {

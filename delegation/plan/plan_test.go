@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -365,5 +364,49 @@ func TestPlanCancel(t *testing.T) {
 	if err := a.coord().Cancel(id, ""); err == nil {
 		t.Fatal("a second cancel succeeded")
 	}
-	_ = time.Second
+}
+
+// A step's constraints: peer pins it to one provider even when another is
+// trusted more; min_trust keeps it from providers trusted less, and with
+// none left the plan fails saying so, having run nothing.
+func TestPlanStepConstraints(t *testing.T) {
+	wb, wc := newWorker("B"), newWorker("C")
+	m := newMesh(t, 3, func(i int) []delegation.Profile {
+		switch i {
+		case 1:
+			return []delegation.Profile{wb.profile("work")}
+		case 2:
+			return []delegation.Profile{wc.profile("work")}
+		}
+		return nil
+	})
+	a, b, c := m.nodes[0], m.nodes[1], m.nodes[2]
+	if err := a.store().SetTrust(b.host.ID(), protocol.Trusted, "test"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.coord().Start(context.Background(), parse(t, "p.json", `{"budget": 100, "subtasks": [
+		{"id": "pinned", "profile": "work", "task": "task: pinned", "peer": "`+c.host.ID().String()+`"},
+		{"id": "picky", "profile": "work", "task": "task: picky", "min_trust": "trusted"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := waitPlan(t, a.coord(), id)
+	if v.State != StateCompleted || step(v, "pinned").Attempts[0].Peer != c.host.ID() || step(v, "picky").Attempts[0].Peer != b.host.ID() {
+		t.Fatalf("plan %s (%s): pinned on %s, picky on %s", v.State, v.Reason, step(v, "pinned").Attempts[0].Peer, step(v, "picky").Attempts[0].Peer)
+	}
+	if err := a.store().SetTrust(b.host.ID(), protocol.Verified, "test"); err != nil {
+		t.Fatal(err)
+	}
+	id, err = a.coord().Start(context.Background(), parse(t, "p.json",
+		`{"budget": 100, "subtasks": [{"id": "none", "profile": "work", "task": "task: none", "min_trust": "trusted"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = waitPlan(t, a.coord(), id)
+	if v.State != StateFailed || !strings.Contains(v.Reason, "min_trust trusted") {
+		t.Fatalf("plan %s: %s", v.State, v.Reason)
+	}
+	if wb.count("none") != 0 || wc.count("none") != 0 {
+		t.Fatal("a step no provider may run ran")
+	}
 }
