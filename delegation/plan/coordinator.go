@@ -112,7 +112,20 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			}
 			c.log.Info("resuming plan", "plan", p.ID)
 			if rerr := c.resume(p); rerr != nil {
-				err = errors.Join(err, rerr)
+				c.log.Error("cannot resume plan", "plan", p.ID, "err", rerr)
+				if !errors.Is(rerr, errUnreadable) {
+					err = errors.Join(err, rerr)
+					continue
+				}
+				// A plan whose records cannot be read back cannot go on;
+				// say so rather than leave it running forever.
+				if _, uerr := c.st.UpdatePlan(p.ID, func(x *store.Plan) error {
+					x.State, x.Reason = StateFailed, "cannot resume: "+rerr.Error()
+					return nil
+				}); uerr != nil {
+					err = errors.Join(err, uerr)
+				}
+				c.notify()
 			}
 		}
 	}
@@ -121,13 +134,17 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	return err
 }
 
+// errUnreadable: a stored plan's records make no plan (a spec that does
+// not decode or validate, a step without its record).
+var errUnreadable = errors.New("plan: stored plan unreadable")
+
 func (c *Coordinator) resume(p store.Plan) error {
 	var spec Spec
 	if err := json.Unmarshal(p.Spec, &spec); err != nil {
-		return fmt.Errorf("plan %s: stored spec: %w", p.ID, err)
+		return fmt.Errorf("%w: %s: spec: %v", errUnreadable, p.ID, err)
 	}
 	if err := spec.Validate(); err != nil {
-		return fmt.Errorf("plan %s: stored spec: %w", p.ID, err)
+		return fmt.Errorf("%w: %s: spec: %v", errUnreadable, p.ID, err)
 	}
 	subs, err := c.st.PlanSubtasks(p.ID)
 	if err != nil {
@@ -194,7 +211,7 @@ func (c *Coordinator) start(id protocol.DelegationID, s *Spec, subs []store.Plan
 	}
 	for _, sid := range r.order {
 		if r.subs[sid] == nil {
-			return fmt.Errorf("plan %s: no record of step %q", id, sid)
+			return fmt.Errorf("%w: %s: no record of step %q", errUnreadable, id, sid)
 		}
 	}
 	c.mu.Lock()

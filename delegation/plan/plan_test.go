@@ -410,3 +410,27 @@ func TestPlanStepConstraints(t *testing.T) {
 		t.Fatal("a step no provider may run ran")
 	}
 }
+
+// A running plan whose stored records make no plan is marked failed at
+// resume, with the reason, instead of staying running forever.
+func TestPlanUnreadableAtResumeFails(t *testing.T) {
+	m := newMesh(t, 1, func(int) []delegation.Profile { return nil })
+	a := m.nodes[0]
+	a.stop()
+	st, err := store.Open(a.dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := protocol.NewDelegationID()
+	if err := st.CreatePlan(store.Plan{ID: id, Spec: []byte(`{"budget": 0}`), State: StateRunning}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.start()
+	v := waitPlan(t, a.coord(), id)
+	if v.State != StateFailed || !strings.Contains(v.Reason, "cannot resume") {
+		t.Fatalf("plan %s: %s", v.State, v.Reason)
+	}
+}

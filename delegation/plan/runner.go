@@ -376,10 +376,13 @@ func (r *runner) watch(s *store.PlanSubtask) {
 		defer r.c.wg.Done()
 		d, err := r.c.eng.Wait(r.ctx, did)
 		if err != nil {
-			if r.ctx.Err() == nil {
-				r.c.log.Error("wait for subtask", "plan", r.id, "subtask", sub, "delegation", did, "err", err)
+			if r.ctx.Err() != nil {
+				return
 			}
-			return
+			// The engine no longer knows it: the attempt failed, and the
+			// retry policy decides what comes next.
+			r.c.log.Error("wait for subtask", "plan", r.id, "subtask", sub, "delegation", did, "err", err)
+			d = store.Delegation{ID: did, State: protocol.StateFailed, Reason: err.Error()}
 		}
 		select {
 		case r.results <- result{sub, d}:
