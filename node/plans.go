@@ -268,9 +268,9 @@ func (n *Node) handleDecision(w http.ResponseWriter, r *http.Request) {
 }
 
 // planTree hangs the delegations of each plan this node coordinates under
-// one node for the plan itself (role "plan", its ID, name, state and
-// tokens), so that GET /tree and the dashboard show a plan as the parent
-// of its subtasks. Everything else stays as it was.
+// one node for the plan itself (its ID, "plan NAME" as the profile, its
+// state and tokens), so that GET /tree and the dashboard show a plan as
+// the parent of its subtasks. Everything else stays as it was.
 func (n *Node) planTree(roots []api.TreeNode) []api.TreeNode {
 	co := n.Plans()
 	if co == nil {
@@ -301,7 +301,7 @@ func (n *Node) planTree(roots []api.TreeNode) []api.TreeNode {
 				profile = "plan " + v.Name
 			}
 			pn = &api.TreeNode{Delegation: api.Delegation{
-				ID: v.ID.String(), Role: "plan", Profile: profile, State: v.State, Reason: v.Reason,
+				ID: v.ID.String(), Role: api.RoleRequester, Profile: profile, State: planState(v.State), Reason: v.Reason,
 				Budget: v.Budget, Usage: api.Usage{Total: v.Used}, CreatedAt: v.CreatedAt, UpdatedAt: v.UpdatedAt,
 				Terminal: v.State != plan.StateRunning,
 			}}
@@ -314,4 +314,17 @@ func (n *Node) planTree(roots []api.TreeNode) []api.TreeNode {
 		out = append(out, *plans[id])
 	}
 	return out
+}
+
+// planState is a plan's state as the delegation state a tree node shows.
+func planState(s string) api.State {
+	switch s {
+	case plan.StateCompleted:
+		return protocol.StateCompleted
+	case plan.StateFailed:
+		return protocol.StateFailed
+	case plan.StateCancelled:
+		return protocol.StateCancelled
+	}
+	return protocol.StateRunning
 }

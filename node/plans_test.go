@@ -99,7 +99,7 @@ task = "after {{outputs.s1}}"
 			pn = &tree[i]
 		}
 	}
-	if pn == nil || pn.Role != "plan" || pn.Profile != "plan api" || pn.State != "completed" || len(pn.Children) != 2 {
+	if pn == nil || pn.Profile != "plan api" || pn.State != api.StateCompleted || len(pn.Children) != 2 {
 		t.Fatalf("tree: no plan node with its two delegations: %+v", tree)
 	}
 	ps, err := c.Plans(ctx)

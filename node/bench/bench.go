@@ -213,6 +213,8 @@ type Report struct {
 	Ratios  []Ratio `json:"ratios"`
 	// Large is the large-payload comparisons, one per Options.Large size.
 	Large []Large `json:"large,omitempty"`
+	// Envelope is the envelope's seal and open against raw AES-GCM.
+	Envelope *Envelope `json:"envelope,omitempty"`
 	Goals []Goal  `json:"goals"`
 }
 
@@ -336,8 +338,14 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 	if r.Large, err = runLarge(ctx, w, opts, hp, sets); err != nil {
 		return r, err
 	}
+	env, err := measureEnvelope(w, opts)
+	if err != nil {
+		return r, fmt.Errorf("bench: envelope: %w", err)
+	}
+	r.Envelope = &env
 	r.Ratios = ratios(r.Phases)
 	r.Goals = append(append(goals(r), a2aGoal(r)), largeGoals(r)...)
+	r.Goals = append(r.Goals, envelopeGoal(r))
 	fmt.Fprintln(w)
 	if err := r.WriteTable(w); err != nil {
 		return r, err
