@@ -339,7 +339,7 @@ func (n *Node) handleTree(w http.ResponseWriter, _ *http.Request) {
 	for _, r := range roots {
 		out = append(out, conv(r))
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, n.planTree(out))
 }
 
 func eventToAPI(ev store.Event) api.Event {

@@ -29,6 +29,7 @@ import (
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/delegation/plan"
 	"github.com/kithmesh/kith/gpu"
 	"github.com/kithmesh/kith/internal/backoff"
 	"github.com/kithmesh/kith/node/config"
@@ -93,6 +94,7 @@ type Node struct {
 	eng   *delegation.Engine
 	gater *gater
 	disc  *discoverer
+	plans *plan.Coordinator // plans.go
 
 	gpuInv    gpu.Inventory
 	ledger    *gpu.Ledger
@@ -344,6 +346,7 @@ func (n *Node) serve(ctx context.Context, b *built) error {
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
+	stopPlans := n.startPlans(eng, st, b.fnd)
 	h.SetStreamHandler(protocol.ID, func(s network.Stream) {
 		eng.HandleStream(s, s.Conn().RemotePeer())
 	})
@@ -376,11 +379,12 @@ func (n *Node) serve(ctx context.Context, b *built) error {
 		_ = httpSrv.Shutdown(shutCtx)
 	}
 	h.RemoveStreamHandler(protocol.ID)
+	plansErr := stopPlans()
 	stopEngine()
 	engErr := <-engDone
 	gErr := g.Wait()
 	_ = os.Remove(n.SocketPath())
-	return errors.Join(engErr, gErr)
+	return errors.Join(plansErr, engErr, gErr)
 }
 
 // listenSocket listens on a unix socket that only this user can use. A

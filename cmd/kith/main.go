@@ -94,7 +94,7 @@ func rootCmd() *cobra.Command {
 		return b.String()
 	})
 	root.PersistentFlags().StringVar(&homeFlag, "home", "", "node home directory (default $KITH_HOME, else $XDG_DATA_HOME/kith)")
-	root.AddCommand(initCmd(), daemonCmd(), idCmd(), peersCmd(), delegateCmd(), tasksCmd(), demoCmd(), benchCmd(), gpuCmd(), statusCmd(), discoverCmd(), dnssdCmd(), apiCmd(), cardCmd(), dashboardCmd(), versionCmd(), reloadCmd())
+	root.AddCommand(initCmd(), daemonCmd(), idCmd(), peersCmd(), delegateCmd(), tasksCmd(), demoCmd(), benchCmd(), gpuCmd(), statusCmd(), discoverCmd(), dnssdCmd(), apiCmd(), cardCmd(), dashboardCmd(), versionCmd(), reloadCmd(), planCmd())
 	groupsFailOnUnknown(root)
 	return root
 }
