@@ -215,7 +215,7 @@ type Report struct {
 	Large []Large `json:"large,omitempty"`
 	// Envelope is the envelope's seal and open against raw AES-GCM.
 	Envelope *Envelope `json:"envelope,omitempty"`
-	Goals []Goal  `json:"goals"`
+	Goals    []Goal    `json:"goals"`
 }
 
 // Run measures, writing progress and then the report's table to w, and

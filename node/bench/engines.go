@@ -98,9 +98,13 @@ func engineConfig(id *crypto.Identity, st *store.Store, d hostDialer, slots int,
 			Executor: executor.Echo{},
 		}},
 		MaxRemoteConcurrent: slots,
-		DefaultTimeout:      l.DefaultTimeout.Std(),
-		MaxTimeout:          l.MaxTimeout.Std(),
-		DefaultHopLimit:     uint32(l.DefaultHopLimit),
+		// One requester uses the whole pool: a default node gives a peer
+		// half, and the bench's workers would then meet a slot whose
+		// delegation has answered but not yet let go of it.
+		MaxRemotePerPeer: slots,
+		DefaultTimeout:   l.DefaultTimeout.Std(),
+		MaxTimeout:       l.MaxTimeout.Std(),
+		DefaultHopLimit:  uint32(l.DefaultHopLimit),
 		Conn: protocol.ConnOptions{
 			MaxFrame:  l.MaxFrameBytes,
 			IOTimeout: l.StreamIdleTimeout.Std(),
