@@ -214,7 +214,11 @@ func newBlocking() *blockingHandler {
 }
 
 func (b *blockingHandler) handle(ctx context.Context, task executor.Task, emit func(executor.Update)) (executor.Result, error) {
-	b.started <- struct{}{}
+	select {
+	case b.started <- struct{}{}:
+	case <-ctx.Done(): // a flood starts more tasks than anyone counts
+		return executor.Result{}, context.Cause(ctx)
+	}
 	emit(executor.Update{Text: "working "})
 	select {
 	case <-b.release:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -493,14 +494,20 @@ const flushInterval = 100 * time.Millisecond
 const providerFlushBytes = 256 << 10
 
 func (e *providerHalf) runTask(ctx context.Context, t *task) {
-	defer func() {
-		e.provMu.Lock()
-		delete(e.running, t.id)
-		e.provMu.Unlock()
+	// The slot and the lease go back as soon as the executor returns: a
+	// requester that offers its next task the moment this result reaches
+	// it finds the slot free.
+	release := sync.OnceFunc(func() {
 		if t.remote {
 			e.releaseSlot(t.requester, t.trust)
 		}
 		t.releaseLease()
+	})
+	defer func() {
+		e.provMu.Lock()
+		delete(e.running, t.id)
+		e.provMu.Unlock()
+		release()
 		close(t.done)
 	}()
 	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.deadline, &stopCause{protocol.StateExpired, ReasonTimeout})
@@ -535,6 +542,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			flush()
 		}
 	})
+	release()
 	// Output still pending goes out with the result, in the same durable
 	// write: a fast task costs one write after its accept, not two.
 	var tail []store.Event
