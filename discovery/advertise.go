@@ -3,7 +3,10 @@ package discovery
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
@@ -42,7 +45,7 @@ type AdvertPolicy struct {
 	// Zero means DefaultCheck.
 	Check time.Duration
 	// Repeats are the delays after the topics gain peers at which the
-	// advert is published again (each at most one per LoadInterval): once
+	// advert is published again: once
 	// the first heartbeats have grafted the new peers into this node's
 	// mesh, and again when the peers beyond them have grafted theirs, so
 	// that new nodes hear of this one without waiting for Refresh. Nil
@@ -106,6 +109,8 @@ func (g *Gossip) Run(ctx context.Context, src AdvertSource, pol AdvertPolicy) {
 	pol = pol.withDefaults()
 	t := time.NewTicker(pol.Check)
 	defer t.Stop()
+	var finds sync.WaitGroup
+	defer finds.Wait()
 	var (
 		last         protocol.Capacity
 		lastProfiles []string
@@ -129,6 +134,7 @@ func (g *Gossip) Run(ctx context.Context, src AdvertSource, pol AdvertPolicy) {
 				g.log.Debug("serve profiles", "err", err)
 			}
 		}
+		g.rendezvous(ctx, &finds, pol.Refresh/4)
 		if n := g.TopicPeers(); n != peers {
 			if n > peers {
 				soon = soon[:0]
@@ -145,9 +151,11 @@ func (g *Gossip) Run(ctx context.Context, src AdvertSource, pol AdvertPolicy) {
 		if g.legacy {
 			due = full || repeat || load != last
 		} else {
-			gapped := now.Sub(lastAt) >= pol.LoadInterval
-			due = full && (gapped || newProfiles || !published) ||
-				gapped && (repeat || Meaningful(last, load))
+			// Peers drop adverts closer than MinGap; load changes keep
+			// the longer LoadInterval.
+			apart := now.Sub(lastAt) >= g.minGap
+			due = !published || apart && (full || repeat) ||
+				now.Sub(lastAt) >= pol.LoadInterval && Meaningful(last, load)
 		}
 		if !due {
 			continue
@@ -172,5 +180,55 @@ func (g *Gossip) Run(ctx context.Context, src AdvertSource, pol AdvertPolicy) {
 		for len(soon) > 0 && !now.Before(soon[0]) {
 			soon = soon[1:]
 		}
+	}
+}
+
+// rendezvousLow is the number of topic peers below which a joined topic
+// looks for more (the mesh's low mark), and rendezvousPeers how many it
+// connects to.
+const (
+	rendezvousLow   = 3
+	rendezvousPeers = 4
+	rendezvousWait  = 30 * time.Second
+)
+
+// rendezvous connects, for every joined per-profile topic with fewer than
+// rendezvousLow peers, to a few peers FindPeers names, at most once every
+// every per topic. The look-ups run in wg, which Run waits for.
+func (g *Gossip) rendezvous(ctx context.Context, wg *sync.WaitGroup, every time.Duration) {
+	if g.findPeers == nil || g.legacy {
+		return
+	}
+	now := time.Now()
+	g.tmu.Lock()
+	var due []*joined
+	for _, j := range g.topics {
+		if j.profile != "" && now.Sub(j.lastFind) >= every && len(j.topic.ListPeers()) < rendezvousLow {
+			j.lastFind = now
+			due = append(due, j)
+		}
+	}
+	g.tmu.Unlock()
+	for _, j := range due {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, rendezvousWait)
+			defer cancel()
+			var dials sync.WaitGroup
+			n := 0
+			for _, ai := range g.findPeers(ctx, j.profile, 2*rendezvousPeers) {
+				if ai.ID == g.h.ID() || !g.allowed(ai.ID) || g.h.Network().Connectedness(ai.ID) == network.Connected {
+					continue
+				}
+				if n++; n > rendezvousPeers {
+					break
+				}
+				dials.Go(func() {
+					if err := g.h.Connect(ctx, ai); err != nil {
+						g.log.Debug("topic peer unreachable", "peer", ai.ID, "profile", j.profile, "err", err)
+					}
+				})
+			}
+			dials.Wait()
+		})
 	}
 }

@@ -158,6 +158,13 @@ type GossipConfig struct {
 	// Tracer, if set, sees every RPC gossipsub sends and receives (the
 	// scale harness counts bytes and messages with it).
 	Tracer pubsub.RawTracer
+	// FindPeers, if set, names up to limit peers on the topic of profile:
+	// the node's DHT lookup of the profile's providers. gossipsub routes
+	// only through peers on a topic, and a node's connections (the
+	// introductions, the DHT's) may hold too few of a small topic's
+	// peers: while a joined topic has fewer than the mesh's low mark, Run
+	// connects to those FindPeers names (see rendezvous).
+	FindPeers func(ctx context.Context, profile string, limit int) []peer.AddrInfo
 }
 
 // Defaults of GossipConfig.
@@ -181,16 +188,17 @@ const (
 // be no older than the last one seen from its author, and come no sooner
 // than MinGap after it.
 type Gossip struct {
-	h        host.Host
-	log      *slog.Logger
-	counters *Counters
-	allowed  func(peer.ID) bool
-	now      func() time.Time
-	onAdvert func(Advert)
-	legacy   bool
-	onLegacy bool // listens and publishes on Topic
-	minGap   time.Duration
-	wantFor  time.Duration
+	h         host.Host
+	log       *slog.Logger
+	counters  *Counters
+	allowed   func(peer.ID) bool
+	now       func() time.Time
+	onAdvert  func(Advert)
+	legacy    bool
+	onLegacy  bool // listens and publishes on Topic
+	findPeers func(ctx context.Context, profile string, limit int) []peer.AddrInfo
+	minGap    time.Duration
+	wantFor   time.Duration
 
 	ps     *pubsub.PubSub
 	router *pubsub.GossipSubRouter
@@ -221,6 +229,7 @@ type joined struct {
 	done      chan struct{}
 	serve     bool      // a profile this node offers
 	wantUntil time.Time // a profile this node requested, until then
+	lastFind  time.Time // last rendezvous
 }
 
 // minPruneAt is the smallest size of the advert table that triggers a
@@ -232,20 +241,21 @@ const minPruneAt = 256
 // Topic at once; per-profile topics are joined by Serve and Want.
 func NewGossip(ctx context.Context, h host.Host, cfg GossipConfig) (*Gossip, error) {
 	g := &Gossip{
-		h:        h,
-		log:      cfg.Logger,
-		counters: cfg.Counters,
-		allowed:  cfg.Allowed,
-		now:      cfg.Now,
-		onAdvert: cfg.OnAdvert,
-		legacy:   cfg.Legacy,
-		onLegacy: cfg.Legacy || cfg.LegacyTopic,
-		minGap:   cmp.Or(cfg.MinGap, DefaultMinGap),
-		wantFor:  cmp.Or(cfg.WantFor, DefaultWantFor),
-		topics:   map[string]*joined{},
-		latest:   map[peer.ID]Advert{},
-		authors:  map[string]map[peer.ID]time.Time{},
-		pruneAt:  minPruneAt,
+		h:         h,
+		log:       cfg.Logger,
+		counters:  cfg.Counters,
+		allowed:   cfg.Allowed,
+		now:       cfg.Now,
+		onAdvert:  cfg.OnAdvert,
+		legacy:    cfg.Legacy,
+		onLegacy:  cfg.Legacy || cfg.LegacyTopic,
+		findPeers: cfg.FindPeers,
+		minGap:    cmp.Or(cfg.MinGap, DefaultMinGap),
+		wantFor:   cmp.Or(cfg.WantFor, DefaultWantFor),
+		topics:    map[string]*joined{},
+		latest:    map[peer.ID]Advert{},
+		authors:   map[string]map[peer.ID]time.Time{},
+		pruneAt:   minPruneAt,
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -748,4 +758,3 @@ func verifyAdvert(author peer.ID, data []byte, now time.Time) (Advert, error) {
 		return bad(AdvertMalformed, err)
 	}
 }
-

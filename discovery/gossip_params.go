@@ -120,4 +120,3 @@ func (f *subscriptionFilter) FilterIncomingSubscriptions(from peer.ID, subs []*p
 	}
 	return out, nil
 }
-
