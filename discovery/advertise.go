@@ -57,7 +57,7 @@ type AdvertPolicy struct {
 const (
 	DefaultRefresh      = 2 * time.Minute
 	DefaultLoadInterval = 10 * time.Second
-	DefaultPushMax      = 16
+	DefaultPushMax      = 8
 	DefaultCheck        = 250 * time.Millisecond
 )
 

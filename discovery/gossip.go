@@ -18,6 +18,7 @@ import (
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	p2pprotocol "github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
@@ -165,6 +166,11 @@ type GossipConfig struct {
 	// peers: while a joined topic has fewer than the mesh's low mark, Run
 	// connects to those FindPeers names (see rendezvous).
 	FindPeers func(ctx context.Context, profile string, limit int) []peer.AddrInfo
+
+	// Tests only: gossipsub's protocol ID, when not the default. The scale
+	// harness runs its phases one after another on the same hosts, each
+	// with its own ID, as two versions of gossipsub on one host would.
+	protocolID p2pprotocol.ID
 }
 
 // Defaults of GossipConfig.
@@ -303,6 +309,10 @@ func NewGossip(ctx context.Context, h host.Host, cfg GossipConfig) (*Gossip, err
 	if cfg.Tracer != nil {
 		opts = append(opts, pubsub.WithRawTracer(cfg.Tracer))
 	}
+	if cfg.protocolID != "" {
+		opts = append(opts, pubsub.WithGossipSubProtocols([]p2pprotocol.ID{cfg.protocolID},
+			func(pubsub.GossipSubFeature, p2pprotocol.ID) bool { return true }))
+	}
 	ps, err := pubsub.NewGossipSubWithRouter(g.ctx, h, g.router, opts...)
 	if err != nil {
 		return fail(err)
@@ -387,6 +397,9 @@ func (g *Gossip) leaveLocked(name string, j *joined) error {
 	j.sub.Cancel()
 	<-j.done
 	err := j.topic.Close()
+	if g.ctx.Err() != nil {
+		err = nil // gossipsub has stopped: nothing is left to leave
+	}
 	_ = g.ps.UnregisterTopicValidator(name)
 	delete(g.topics, name)
 	g.mu.Lock()

@@ -179,7 +179,7 @@ type Discovery struct {
 	// AdvertPushMax is how many providers of one profile push adverts on
 	// its topic (the first in a rank all nodes agree on); past it, the
 	// others stay silent there and requesters find them through the DHT
-	// and ask them at request time. 0 means no limit. Default: 16.
+	// and ask them at request time. 0 means no limit. Default: 8.
 	AdvertPushMax int `toml:"advert_push_max"`
 
 	// LegacyTopic also listens on /kith/capabilities/1, the one topic of
@@ -460,7 +460,7 @@ func Default() Config {
 			DNSSDInterval:  Duration(5 * time.Minute),
 			AdvertInterval: Duration(2 * time.Minute),
 			LoadInterval:   Duration(10 * time.Second),
-			AdvertPushMax:  16,
+			AdvertPushMax:  8,
 			ConnsLow:       64,
 			ConnsHigh:      192,
 		},
