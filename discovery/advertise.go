@@ -134,8 +134,7 @@ func (g *Gossip) Run(ctx context.Context, src AdvertSource, pol AdvertPolicy) {
 				g.log.Debug("serve profiles", "err", err)
 			}
 		}
-		g.rendezvous(ctx, &finds, pol.Refresh/4)
-		if n := g.TopicPeers(); n != peers {
+		if n := g.rendezvous(ctx, &finds, pol.Refresh/4); n != peers {
 			if n > peers {
 				soon = soon[:0]
 				for _, r := range pol.Repeats {
@@ -194,16 +193,17 @@ const (
 
 // rendezvous connects, for every joined per-profile topic with fewer than
 // rendezvousLow peers, to a few peers FindPeers names, at most once every
-// every per topic. The look-ups run in wg, which Run waits for.
-func (g *Gossip) rendezvous(ctx context.Context, wg *sync.WaitGroup, every time.Duration) {
-	if g.findPeers == nil || g.legacy {
-		return
-	}
+// every per topic. The look-ups run in wg, which Run waits for. It returns
+// TopicPeers, which it counts on the way.
+func (g *Gossip) rendezvous(ctx context.Context, wg *sync.WaitGroup, every time.Duration) int {
 	now := time.Now()
 	g.tmu.Lock()
 	var due []*joined
+	total := 0
 	for _, j := range g.topics {
-		if j.profile != "" && now.Sub(j.lastFind) >= every && len(j.topic.ListPeers()) < rendezvousLow {
+		n := len(j.topic.ListPeers())
+		total += n
+		if g.findPeers != nil && !g.legacy && j.profile != "" && now.Sub(j.lastFind) >= every && n < rendezvousLow {
 			j.lastFind = now
 			due = append(due, j)
 		}
@@ -231,4 +231,5 @@ func (g *Gossip) rendezvous(ctx context.Context, wg *sync.WaitGroup, every time.
 			dials.Wait()
 		})
 	}
+	return total
 }
