@@ -129,7 +129,10 @@ func (g *Gossip) Run(ctx context.Context, src AdvertSource, pol AdvertPolicy) {
 		now := time.Now()
 		profiles := src.ProfileNames()
 		newProfiles := !slices.Equal(profiles, lastProfiles)
-		if newProfiles || !published {
+		full := !published || newProfiles || now.Sub(lastFull) >= pol.Refresh
+		if full {
+			// Joins the topics of new profiles, and leaves those of
+			// profiles no longer served nor wanted.
 			if err := g.Serve(profiles); err != nil {
 				g.log.Debug("serve profiles", "err", err)
 			}
@@ -145,7 +148,6 @@ func (g *Gossip) Run(ctx context.Context, src AdvertSource, pol AdvertPolicy) {
 		}
 		load := src.Capacity()
 		repeat := len(soon) > 0 && !now.Before(soon[0])
-		full := !published || newProfiles || now.Sub(lastFull) >= pol.Refresh
 		var due bool
 		if g.legacy {
 			due = full || repeat || load != last

@@ -494,10 +494,7 @@ func (g *Gossip) publish(ctx context.Context, a crypto.Assertion, full bool, pus
 		j, ok := g.topics[name]
 		g.tmu.Unlock()
 		if !ok {
-			if g.closed {
-				return fmt.Errorf("discovery: publish advert: %w", errGossipClosed)
-			}
-			continue // Serve has not joined it yet
+			continue // Serve has not joined it yet, or Close has left it
 		}
 		if err := j.topic.Publish(ctx, data); err != nil {
 			errs = append(errs, err)

@@ -368,7 +368,7 @@ func TestGossipDoesNotSendToDenied(t *testing.T) {
 	waitTopicPeer(t, allowedTopic, self.ID())
 	waitTopicPeer(t, deniedTopic, self.ID())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	now := time.Now().Truncate(time.Millisecond)
 	// The mesh is empty until a heartbeat grafts it, and self publishes to
@@ -600,7 +600,7 @@ func TestGossipHearsOnlyItsProfiles(t *testing.T) {
 	}
 
 	issued := time.Now().Truncate(time.Millisecond)
-	waitFor(t, 20*time.Second, "the advert at the requesters", func() bool {
+	waitFor(t, 30*time.Second, "the advert at the requesters", func() bool {
 		issued = issued.Add(time.Second)
 		if err := gs[provider].Publish(context.Background(), capability(t, ids[provider], 1, issued, time.Hour)); err != nil {
 			t.Fatal(err)
