@@ -5,13 +5,11 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,95 +21,6 @@ import (
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
 )
-
-// Topic is the gossipsub topic of kith 0.x nodes before per-profile
-// topics: every node's advert, every 30 s. New nodes listen and publish
-// there only with GossipConfig.LegacyTopic (see docs/scale.md).
-const Topic = "/kith/capabilities/1"
-
-// TopicPrefix starts every per-profile topic (ProfileTopic).
-const TopicPrefix = Topic + "/"
-
-// ProfileTopic is the topic that carries the adverts of the providers of
-// profile: TopicPrefix and the first 16 bytes of SHA-256("kith/profile/" +
-// profile) in hex. A node subscribes to the topics of the profiles it
-// serves and of those it requests, so it hears of no other.
-func ProfileTopic(profile string) string {
-	sum := sha256.Sum256([]byte("kith/profile/" + profile))
-	return TopicPrefix + hex.EncodeToString(sum[:topicHashLen])
-}
-
-const topicHashLen = 16
-
-// validTopic reports whether t is Topic or has the form of a ProfileTopic.
-func validTopic(t string) bool {
-	if t == Topic {
-		return true
-	}
-	h, ok := strings.CutPrefix(t, TopicPrefix)
-	if !ok || len(h) != 2*topicHashLen {
-		return false
-	}
-	for _, c := range h {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// maxGossipMessage caps one pubsub RPC: an advert plus room for the pubsub
-// envelope (author, sequence number, signature, topic). It is below
-// gossipsub's 1 MiB default, so keeping the default protocol IDs is safe:
-// no peer sends us more than it would send anyone.
-const maxGossipMessage = protocol.MaxAdvertSize + 4<<10
-
-// Reasons an advert is dropped, as counted under "gossip/<reason>".
-const (
-	AdvertOversized  = "oversized"       // above protocol.MaxAdvertSize
-	AdvertMalformed  = "malformed"       // does not decode
-	AdvertForged     = "forged"          // signature is not the author's
-	AdvertMismatched = "mismatched_peer" // about a peer other than its author
-	AdvertExpired    = "expired"         // past its expiry
-	AdvertDenied     = "denied"          // author or forwarding peer denied
-	AdvertStale      = "stale"           // older than one already seen from its author
-	AdvertOffTopic   = "off_topic"       // on the topic of a profile it does not offer
-	AdvertTooSoon    = "too_soon"        // issued less than MinGap after its author's last
-)
-
-// ErrBadAdvert: an advert failed validation. The error also wraps the
-// cause (protocol.ErrMalformed, protocol.ErrExpired,
-// protocol.ErrPeerMismatch, crypto.ErrBadSignature, ...).
-var ErrBadAdvert = errors.New("discovery: bad advert")
-
-// advertError says which rule refused an advert.
-type advertError struct {
-	reason string // one of the Advert* reasons
-	err    error
-}
-
-func (e *advertError) Error() string {
-	return fmt.Sprintf("%v (%s): %v", ErrBadAdvert, e.reason, e.err)
-}
-
-func (e *advertError) Unwrap() []error { return []error{ErrBadAdvert, e.err} }
-
-// AdvertReason returns the Advert* reason of an error from the gossip
-// validation, or "" if err is not one.
-func AdvertReason(err error) string {
-	if ae, ok := errors.AsType[*advertError](err); ok {
-		return ae.reason
-	}
-	return ""
-}
-
-// Advert is a verified capability advert.
-type Advert struct {
-	From      peer.ID                      // the author; Assertion.Provider is the same peer
-	Assertion protocol.CapabilityAssertion // decoded from Signed
-	Signed    crypto.Assertion             // the exact bytes the author signed
-	Received  time.Time                    // when it was verified
-}
 
 // GossipConfig configures capability advert gossip.
 type GossipConfig struct {
@@ -357,107 +266,6 @@ func (g *Gossip) removeHandlers() {
 	}
 }
 
-// join subscribes to topic name (that of profile, or Topic), if it has not
-// yet, and applies mark to its entry.
-func (g *Gossip) join(name, profile string, mark func(*joined)) error {
-	g.tmu.Lock()
-	defer g.tmu.Unlock()
-	if g.closed {
-		return errGossipClosed
-	}
-	if j, ok := g.topics[name]; ok {
-		mark(j)
-		return nil
-	}
-	if err := g.ps.RegisterTopicValidator(name, g.validate); err != nil {
-		return err
-	}
-	t, err := g.ps.Join(name)
-	if err != nil {
-		_ = g.ps.UnregisterTopicValidator(name)
-		return err
-	}
-	sub, err := t.Subscribe()
-	if err != nil {
-		_ = t.Close()
-		_ = g.ps.UnregisterTopicValidator(name)
-		return err
-	}
-	j := &joined{profile: profile, topic: t, sub: sub, done: make(chan struct{})}
-	mark(j)
-	g.topics[name] = j
-	go g.receive(name, j)
-	return nil
-}
-
-var errGossipClosed = errors.New("gossip closed")
-
-// leaveLocked unsubscribes from a topic and waits for its receive loop.
-func (g *Gossip) leaveLocked(name string, j *joined) error {
-	j.sub.Cancel()
-	<-j.done
-	err := j.topic.Close()
-	if g.ctx.Err() != nil {
-		err = nil // gossipsub has stopped: nothing is left to leave
-	}
-	_ = g.ps.UnregisterTopicValidator(name)
-	delete(g.topics, name)
-	g.mu.Lock()
-	delete(g.authors, name)
-	g.mu.Unlock()
-	return err
-}
-
-// Serve makes the profiles this node offers exactly profiles: it joins the
-// topics of new ones and leaves those of profiles it neither offers nor
-// wants any more. The legacy design has one topic and ignores it.
-func (g *Gossip) Serve(profiles []string) error {
-	if g.legacy {
-		return nil
-	}
-	var errs []error
-	for _, p := range profiles {
-		if err := g.join(ProfileTopic(p), p, func(j *joined) { j.serve = true }); err != nil {
-			errs = append(errs, fmt.Errorf("discovery: join the topic of %q: %w", p, err))
-		}
-	}
-	g.tmu.Lock()
-	for name, j := range g.topics {
-		if j.profile != "" && !slices.Contains(profiles, j.profile) {
-			j.serve = false
-		}
-		if name != Topic && !j.serve && !g.now().Before(j.wantUntil) {
-			errs = append(errs, g.leaveLocked(name, j))
-		}
-	}
-	g.tmu.Unlock()
-	return errors.Join(errs...)
-}
-
-// Want joins the topic of profile, which this node requests, for WantFor
-// from now: the adverts of its providers then reach this node. Call it on
-// every request; Serve (called by Run) leaves topics no longer wanted.
-func (g *Gossip) Want(profile string) error {
-	if g.legacy {
-		return nil
-	}
-	if err := protocol.CheckProfileName(profile); err != nil {
-		return fmt.Errorf("discovery: want %q: %w", profile, err)
-	}
-	until := g.now().Add(g.wantFor)
-	if err := g.join(ProfileTopic(profile), profile, func(j *joined) { j.wantUntil = until }); err != nil {
-		return fmt.Errorf("discovery: join the topic of %q: %w", profile, err)
-	}
-	return nil
-}
-
-// Topics returns the topics this node subscribes to, sorted.
-func (g *Gossip) Topics() []string {
-	g.tmu.Lock()
-	defer g.tmu.Unlock()
-	return slices.Sorted(maps.Keys(g.topics))
-}
-
 // Publish publishes a, a capability assertion the caller signed with this
 // node's identity (protocol.SignCapability), on the topics of its profiles
 // that push allows (nil: all of them) and, when full, on Topic if this
@@ -551,18 +359,6 @@ func cmpPeer(a, b peer.ID) int {
 		return 1
 	}
 	return 0
-}
-
-// TopicPeers is how many peers this node knows to be on the topics it
-// subscribes to, counting a peer once per topic.
-func (g *Gossip) TopicPeers() int {
-	g.tmu.Lock()
-	defer g.tmu.Unlock()
-	n := 0
-	for _, j := range g.topics {
-		n += len(j.topic.ListPeers())
-	}
-	return n
 }
 
 // validate is the topic validator. from is the peer that sent the message
@@ -728,43 +524,4 @@ func (g *Gossip) drop(reason string, from, author peer.ID, err error) {
 		args = append(args, "error", err)
 	}
 	g.counters.Drop(g.log, SourceGossip, reason, args...)
-}
-
-// verifyAdvert checks data, an advert published by author, at now: the
-// whole of the validation that needs no state. It never panics, whatever
-// data holds. An error wraps ErrBadAdvert and names one of the Advert*
-// reasons (AdvertReason).
-func verifyAdvert(author peer.ID, data []byte, now time.Time) (Advert, error) {
-	bad := func(reason string, err error) (Advert, error) {
-		return Advert{}, &advertError{reason: reason, err: err}
-	}
-	if len(data) > protocol.MaxAdvertSize {
-		return bad(AdvertOversized, fmt.Errorf("%w: %d bytes, cap %d", protocol.ErrFrameTooLarge, len(data), protocol.MaxAdvertSize))
-	}
-	if err := author.Validate(); err != nil {
-		return bad(AdvertMalformed, fmt.Errorf("author: %w", err))
-	}
-	signed, err := protocol.DecodeAdvert(data)
-	if err != nil {
-		return bad(AdvertMalformed, err)
-	}
-	c, err := protocol.VerifyCapability(author, signed, now)
-	switch {
-	case err == nil:
-		return Advert{From: author, Assertion: c, Signed: signed, Received: now}, nil
-	case errors.Is(err, protocol.ErrExpired):
-		return bad(AdvertExpired, err)
-	case errors.Is(err, protocol.ErrPeerMismatch):
-		return bad(AdvertMismatched, err)
-	case errors.Is(err, crypto.ErrBadSignature), errors.Is(err, crypto.ErrNotEd25519):
-		// Not the author's signature. An advert that someone else signed
-		// about themselves and the author passes on as its own is a
-		// mismatch, not a forgery: tell the two apart for the counters.
-		if other, derr := protocol.DecodeCapabilityAssertion(signed.Payload); derr == nil && other.Provider != author {
-			return bad(AdvertMismatched, fmt.Errorf("%w: assertion about %s published by %s", protocol.ErrPeerMismatch, other.Provider, author))
-		}
-		return bad(AdvertForged, err)
-	default:
-		return bad(AdvertMalformed, err)
-	}
 }
