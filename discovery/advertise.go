@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -200,17 +201,24 @@ const (
 func (g *Gossip) rendezvous(ctx context.Context, wg *sync.WaitGroup, every time.Duration) int {
 	now := time.Now()
 	g.tmu.Lock()
+	joins := slices.Collect(maps.Values(g.topics))
+	g.tmu.Unlock()
 	var due []*joined
 	total := 0
-	for _, j := range g.topics {
+	for _, j := range joins {
+		// ListPeers waits for gossipsub's loop: not under tmu.
 		n := len(j.topic.ListPeers())
 		total += n
-		if g.findPeers != nil && !g.legacy && j.profile != "" && now.Sub(j.lastFind) >= every && n < rendezvousLow {
+		if g.findPeers == nil || g.legacy || j.profile == "" || n >= rendezvousLow {
+			continue
+		}
+		g.tmu.Lock()
+		if now.Sub(j.lastFind) >= every {
 			j.lastFind = now
 			due = append(due, j)
 		}
+		g.tmu.Unlock()
 	}
-	g.tmu.Unlock()
 	for _, j := range due {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, rendezvousWait)

@@ -114,9 +114,10 @@ func (g *Gossip) Topics() []string {
 // subscribes to, counting a peer once per topic.
 func (g *Gossip) TopicPeers() int {
 	g.tmu.Lock()
-	defer g.tmu.Unlock()
+	joins := slices.Collect(maps.Values(g.topics))
+	g.tmu.Unlock()
 	n := 0
-	for _, j := range g.topics {
+	for _, j := range joins {
 		n += len(j.topic.ListPeers())
 	}
 	return n

@@ -365,11 +365,15 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 		runs.Go(func() { gs[i].Run(ctx, srcs[i], pol) })
 	}
 	if !ph.legacy {
+		var wants sync.WaitGroup
 		for i, g := range gs {
-			if err := g.Want(m.wants[i]); err != nil {
-				t.Fatal(err)
-			}
+			wants.Go(func() {
+				if err := g.Want(m.wants[i]); err != nil {
+					t.Error(err)
+				}
+			})
 		}
+		wants.Wait()
 	}
 
 	// Warm-up: every node that requests a profile (legacy: every node)
