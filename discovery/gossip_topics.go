@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -121,4 +123,15 @@ func (g *Gossip) TopicPeers() int {
 		n += len(j.topic.ListPeers())
 	}
 	return n
+}
+
+// topicPeers lists the peers this node knows to be on topic name.
+func (g *Gossip) topicPeers(name string) []peer.ID {
+	g.tmu.Lock()
+	j, ok := g.topics[name]
+	g.tmu.Unlock()
+	if !ok {
+		return nil
+	}
+	return j.topic.ListPeers()
 }

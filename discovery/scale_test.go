@@ -406,7 +406,21 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 			var lost []string
 			for i, g := range gs {
 				if !knows(i) {
-					lost = append(lost, fmt.Sprintf("%d (topics %d, topic peers %d, adverts %d, conns %d)", i, len(g.Topics()), g.TopicPeers(), len(g.Adverts()), len(m.hosts[i].Network().Peers())))
+					// How many of the peers it is connected to know that it
+					// subscribes: gossipsub sends nothing to a peer it
+					// does not know to be on the topic.
+					known := 0
+					for _, p := range m.hosts[i].Network().Peers() {
+						if j := slices.IndexFunc(m.hosts, func(h host.Host) bool { return h.ID() == p }); j >= 0 {
+							for _, name := range gs[j].Topics() {
+								if slices.Contains(g.Topics(), name) && slices.Contains(gs[j].topicPeers(name), m.hosts[i].ID()) {
+									known++
+									break
+								}
+							}
+						}
+					}
+					lost = append(lost, fmt.Sprintf("%d (topics %d, topic peers %d, known by %d, adverts %d, conns %d)", i, len(g.Topics()), g.TopicPeers(), known, len(g.Adverts()), len(m.hosts[i].Network().Peers())))
 				}
 			}
 			t.Fatalf("%s/%s: %d requesters know no provider after %v: %s", designName(ph.legacy), ph.graph, len(lost), bound, strings.Join(lost[:min(len(lost), 10)], ", "))
@@ -600,8 +614,12 @@ func TestScale(t *testing.T) {
 	run := func(legacy bool, graph string) {
 		ph := &gossipPhase{legacy: legacy, graph: graph, pushMax: DefaultPushMax}
 		s := time.Now()
-		rows = append(rows, m.runGossip(t, ph, rng))
+		row := m.runGossip(t, ph, rng)
+		rows = append(rows, row)
 		delivered = append(delivered, ph.deliveries...)
+		// Each row as it comes, so a later failure keeps the figures.
+		t.Logf("scale: %s/%s: %d publishers, %.0f conns/node, advert %d B, sent %.0f B/s/node (control %.0f%%), %.2f msgs/s/node, CPU %.3f ms/s/node (extrapolated ×N/publishers: %v)",
+			row.design, row.graph, row.publishers, row.conns, row.advertBytes, row.sentBps, 100*row.ctrlShare, row.msgsPerS, row.cpuMsPerS, row.extrapolated)
 		t.Logf("scale: %s on the %s graph measured in %v", designName(legacy), graph, time.Since(s).Round(time.Millisecond))
 	}
 	run(true, "sparse")
