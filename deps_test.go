@@ -14,7 +14,9 @@ const module = "github.com/kithmesh/kith"
 // allowed lists, for each top-level package, the module packages it may
 // import (directly or not). Sub-packages inherit their parent's rules and
 // may import their own parent. A package not listed here fails the test,
-// so a new package needs a rule.
+// so a new package needs a rule. Each package under internal/ is a unit of
+// its own (internal/backoff, not internal), so internal/ never becomes a
+// grab-bag that everything may import.
 var allowed = map[string][]string{
 	"crypto":    {},
 	"gpu":       {},
@@ -22,11 +24,16 @@ var allowed = map[string][]string{
 	"store":     {"protocol", "crypto"},
 	"discovery": {"protocol", "crypto"},
 	"delegation": {
-		"protocol", "crypto", "store", "gpu",
+		"protocol", "crypto", "store", "gpu", "internal/backoff",
 	},
-	"node": {"delegation", "discovery", "store", "protocol", "crypto", "gpu"},
-	"cmd":  {"node", "delegation", "discovery", "store", "protocol", "crypto", "gpu"},
-	"":     {}, // the module root (this package)
+	"node": {"delegation", "discovery", "store", "protocol", "crypto", "gpu", "internal/backoff"},
+	// The retry schedule of the long-running loops; a leaf.
+	"internal/backoff": {},
+	// Helpers for tests only: no package's non-test code may import it,
+	// which is why no rule lists it.
+	"internal/labtest": {},
+	"cmd":              {"node", "delegation", "discovery", "store", "protocol", "crypto", "gpu", "internal/backoff"}, // through node only: TestCmdImportsOnlyNode
+	"":                 {},                                                                                            // the module root (this package)
 }
 
 type goPackage struct {
@@ -59,23 +66,44 @@ func listPackages(t *testing.T) []goPackage {
 	return pkgs
 }
 
-// topLevel maps ".../kith/store/x" to "store" and the module root to "".
+// topLevel maps ".../kith/store/x" to "store", ".../kith/internal/backoff/x"
+// to "internal/backoff", and the module root to "".
 func topLevel(importPath string) string {
 	rel := strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
-	top, _, _ := strings.Cut(rel, "/")
+	top, rest, _ := strings.Cut(rel, "/")
+	if top == "internal" {
+		sub, _, _ := strings.Cut(rest, "/")
+		return top + "/" + sub
+	}
 	return top
 }
 
 // cmdDirect lists what cmd/kith may import directly from the module: node
-// and its sub-packages (the API client among them). discovery stays for
-// "kith dnssd", which formats zone records (to move behind node next).
-var cmdDirect = []string{"node", "discovery"}
+// and its sub-packages (the API client among them).
+var cmdDirect = []string{"node"}
 
 // TestCmdImportsOnlyNode: the CLI reaches the rest of the module only
 // through node (and the API client), never protocol, store, crypto or
 // delegation directly; their transitive use through node is fine.
 func TestCmdImportsOnlyNode(t *testing.T) {
-	for _, p := range listPackages(t) {
+	for _, problem := range cmdViolations(listPackages(t)) {
+		t.Error(problem)
+	}
+}
+
+// The check itself catches what "kith dnssd" once did: importing discovery.
+func TestCmdCheckerCatchesDiscovery(t *testing.T) {
+	pkgs := []goPackage{
+		{ImportPath: module + "/cmd/kith", Imports: []string{"fmt", module + "/node", module + "/node/api", module + "/discovery"}},
+	}
+	if got := cmdViolations(pkgs); len(got) != 1 || !strings.Contains(got[0], "/discovery") {
+		t.Fatalf("want one violation naming discovery, got %q", got)
+	}
+}
+
+func cmdViolations(pkgs []goPackage) []string {
+	var problems []string
+	for _, p := range pkgs {
 		if topLevel(p.ImportPath) != "cmd" {
 			continue
 		}
@@ -84,10 +112,11 @@ func TestCmdImportsOnlyNode(t *testing.T) {
 				continue
 			}
 			if top := topLevel(imp); !slices.Contains(cmdDirect, top) {
-				t.Errorf("%s imports %s directly; go through node (or node/api)", p.ImportPath, imp)
+				problems = append(problems, fmt.Sprintf("%s imports %s directly; go through node (or node/api)", p.ImportPath, imp))
 			}
 		}
 	}
+	return problems
 }
 
 // TestWireTypesStayInProtocol: the generated protobuf types are protocol's
@@ -116,10 +145,12 @@ func TestImportCheckerCatchesViolations(t *testing.T) {
 		{ImportPath: module + "/crypto", Deps: []string{module + "/protocol", "fmt"}},
 		{ImportPath: module + "/protocol/pb", Deps: []string{module + "/protocol", module + "/crypto"}},
 		{ImportPath: module + "/util", Deps: nil},
+		{ImportPath: module + "/node", Deps: []string{module + "/internal/labtest", module + "/internal/backoff"}},
+		{ImportPath: module + "/internal/grabbag", Deps: nil},
 	}
 	got := importViolations(pkgs)
-	if len(got) != 2 {
-		t.Fatalf("want 2 violations (crypto→protocol, unlisted util), got %q", got)
+	if len(got) != 4 {
+		t.Fatalf("want 4 violations (crypto→protocol, unlisted util, node→labtest, unlisted internal/grabbag), got %q", got)
 	}
 }
 

@@ -7,5 +7,9 @@
 // so a peer ID alone is enough to seal a message to its node.
 //
 // The stream envelope is HPKE (RFC 9180) in base mode with DHKEM(X25519,
-// HKDF-SHA256), HKDF-SHA256 and AES-256-GCM. See Opener and Responder.
+// HKDF-SHA256), HKDF-SHA256 and AES-256-GCM. See Dial, Accept, Initiator
+// and Responder. An identity keeps envelope sessions with its peers
+// (protocol 1.2, session.go): one such setup per peer, then each stream's
+// keys derived from it with no public-key operation. The sessions live in
+// memory, in the Identity, so a restart drops them.
 package crypto

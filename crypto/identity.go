@@ -36,6 +36,9 @@ type Identity struct {
 	priv   ed25519.PrivateKey
 	id     peer.ID
 	envKey *ecdh.PrivateKey
+	// sessions are the envelope sessions this identity holds, in memory
+	// only: a restart (a new Identity) starts without any.
+	sessions *sessionTable
 }
 
 // GenerateIdentity creates a fresh random identity.
@@ -66,7 +69,7 @@ func IdentityFromSeed(seed []byte) (*Identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("crypto: derive envelope key: %w", err)
 	}
-	return &Identity{priv: priv, id: id, envKey: envKey}, nil
+	return &Identity{priv: priv, id: id, envKey: envKey, sessions: newSessionTable()}, nil
 }
 
 // x25519Scalar is the X25519 private scalar that corresponds to an Ed25519

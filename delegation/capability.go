@@ -42,10 +42,10 @@ func live(a *protocol.CapabilityAssertion, now time.Time) bool {
 // capabilities returns p's verified capability assertion, asking p when
 // no answer to a query is cached or the cached one is stale (past half its
 // life).
-func (e *Engine) capabilities(ctx context.Context, p peer.ID) (*protocol.CapabilityAssertion, error) {
-	e.mu.Lock()
+func (e *requesterHalf) capabilities(ctx context.Context, p peer.ID) (*protocol.CapabilityAssertion, error) {
+	e.reqMu.Lock()
 	k := e.caps[p]
-	e.mu.Unlock()
+	e.reqMu.Unlock()
 	if halfLife(k.query, e.cfg.Now()) {
 		return k.query, nil
 	}
@@ -60,7 +60,7 @@ func (e *Engine) capabilities(ctx context.Context, p peer.ID) (*protocol.Capabil
 // it (signature over the exact bytes, provider is p, not expired, a common
 // protocol version) and caches it, in memory and in the store, until it
 // expires. A rejected assertion is counted (CapabilityRejections).
-func (e *Engine) QueryCapabilities(ctx context.Context, p peer.ID) (protocol.CapabilityAssertion, error) {
+func (e *requesterHalf) QueryCapabilities(ctx context.Context, p peer.ID) (protocol.CapabilityAssertion, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+2*time.Second)
 	defer cancel()
 	s, err := e.cfg.Dialer.OpenStream(ctx, p)
@@ -95,14 +95,14 @@ func (e *Engine) QueryCapabilities(ctx context.Context, p peer.ID) (protocol.Cap
 // verified (a forged, expired or mismatched-peer advert is refused and
 // counted), and kept when it is fresher than the one known. Requesters use
 // adverts' load to choose among providers.
-func (e *Engine) LearnAdvert(from peer.ID, signed crypto.Assertion) error {
+func (e *requesterHalf) LearnAdvert(from peer.ID, signed crypto.Assertion) error {
 	_, err := e.learn(from, signed, capFromGossip)
 	return err
 }
 
 // learn verifies signed as p's capability assertion, keeps it if fresher
 // than what is known from the same source, and persists it.
-func (e *Engine) learn(p peer.ID, signed crypto.Assertion, source string) (*protocol.CapabilityAssertion, error) {
+func (e *requesterHalf) learn(p peer.ID, signed crypto.Assertion, source string) (*protocol.CapabilityAssertion, error) {
 	now := e.cfg.Now()
 	a, err := protocol.VerifyCapability(p, signed, now)
 	if err == nil {
@@ -113,7 +113,7 @@ func (e *Engine) learn(p peer.ID, signed crypto.Assertion, source string) (*prot
 		e.log.Debug("capability assertion rejected", "peer", p, "source", source, "err", err)
 		return nil, err
 	}
-	e.mu.Lock()
+	e.reqMu.Lock()
 	k := e.caps[p]
 	slot := &k.query
 	if source == capFromGossip {
@@ -124,7 +124,7 @@ func (e *Engine) learn(p peer.ID, signed crypto.Assertion, source string) (*prot
 		*slot = &a
 		e.caps[p] = k
 	}
-	e.mu.Unlock()
+	e.reqMu.Unlock()
 	if newer {
 		if err := e.st.PutCapability(store.Capability{
 			Peer: p, Signed: signed, Source: source, ReceivedAt: now, ExpiresAt: a.ExpiresAt,
@@ -144,7 +144,7 @@ const (
 	RejectMalformed      = "malformed"
 )
 
-func (e *Engine) countRejection(err error) {
+func (e *requesterHalf) countRejection(err error) {
 	reason := RejectMalformed
 	switch {
 	case errors.Is(err, crypto.ErrBadSignature):
@@ -161,17 +161,17 @@ func (e *Engine) countRejection(err error) {
 
 // CapabilityRejections counts the capability assertions (query answers and
 // adverts) this node refused, by reason.
-func (e *Engine) CapabilityRejections() map[string]uint64 {
+func (e *requesterHalf) CapabilityRejections() map[string]uint64 {
 	return counterValues(e.m.capRejects)
 }
 
 // KnownCapabilities returns the freshest verified, unexpired assertion
 // known for every peer (a query answer or an advert, whichever was issued
 // later), with where it came from.
-func (e *Engine) KnownCapabilities() map[peer.ID]KnownCapability {
+func (e *requesterHalf) KnownCapabilities() map[peer.ID]KnownCapability {
 	now := e.cfg.Now()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.reqMu.Lock()
+	defer e.reqMu.Unlock()
 	out := make(map[peer.ID]KnownCapability, len(e.caps))
 	for p, k := range e.caps {
 		if a, src := k.freshest(now); a != nil {
@@ -208,7 +208,7 @@ func (k knownCaps) freshest(now time.Time) (*protocol.CapabilityAssertion, strin
 
 // loadCapabilities reads the capability cache back from the store,
 // verifying every entry again.
-func (e *Engine) loadCapabilities() {
+func (e *requesterHalf) loadCapabilities() {
 	cs, err := e.st.ListCapabilities()
 	if err != nil {
 		e.log.Warn("read capability cache", "err", err)
@@ -219,7 +219,7 @@ func (e *Engine) loadCapabilities() {
 		if err != nil {
 			continue
 		}
-		e.mu.Lock()
+		e.reqMu.Lock()
 		k := e.caps[c.Peer]
 		if c.Source == capFromGossip {
 			k.advert = &a
@@ -227,7 +227,7 @@ func (e *Engine) loadCapabilities() {
 			k.query = &a
 		}
 		e.caps[c.Peer] = k
-		e.mu.Unlock()
+		e.reqMu.Unlock()
 	}
 }
 
@@ -267,7 +267,7 @@ func offers(a *protocol.CapabilityAssertion, profile string) bool {
 // ranks them without a round trip; peers of which nothing fresh is known
 // are asked. The winner is then asked directly (unless a fresh answer is
 // cached), because only a query answer says what this node may use.
-func (e *Engine) choose(ctx context.Context, profile string, size int) (peer.ID, *protocol.CapabilityAssertion, error) {
+func (e *requesterHalf) choose(ctx context.Context, profile string, size int) (peer.ID, *protocol.CapabilityAssertion, error) {
 	if e.cfg.Finder == nil {
 		return "", nil, fmt.Errorf("%w: %q (no local profile, no peer named, no discovery)", ErrNoProvider, profile)
 	}
@@ -277,9 +277,9 @@ func (e *Engine) choose(ctx context.Context, profile string, size int) (peer.ID,
 		if p == e.id.PeerID() {
 			continue
 		}
-		e.mu.Lock()
+		e.reqMu.Lock()
 		k := e.caps[p]
-		e.mu.Unlock()
+		e.reqMu.Unlock()
 		a, _ := k.freshest(now)
 		if !halfLife(k.query, now) && (a == nil || !offers(a, profile)) {
 			// Nothing fresh says p offers it to us: ask.
@@ -315,7 +315,7 @@ func (e *Engine) choose(ctx context.Context, profile string, size int) (peer.ID,
 
 // Advert is this node's capability advert for gossip: the profiles any
 // peer may use (those with min_trust untrusted), its current load, signed.
-func (e *Engine) Advert() (crypto.Assertion, protocol.CapabilityAssertion, error) {
+func (e *providerHalf) Advert() (crypto.Assertion, protocol.CapabilityAssertion, error) {
 	a, err := e.assertion("", nil)
 	if err != nil {
 		return crypto.Assertion{}, a, err

@@ -25,7 +25,7 @@ var ErrNoParent = errors.New("delegation: not inside a running delegation")
 // (ctx is the one an executor's handler receives). The child carries the
 // parent's chain plus this node and one hop less, and its budget is capped
 // at the parent's: a task can never spend more by splitting itself.
-func (e *Engine) DelegateChild(ctx context.Context, req Request) (protocol.DelegationID, error) {
+func (e *requesterHalf) DelegateChild(ctx context.Context, req Request) (protocol.DelegationID, error) {
 	t, ok := ctx.Value(parentKey{}).(*task)
 	if !ok {
 		return protocol.DelegationID{}, ErrNoParent

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -190,7 +191,7 @@ func TestCancel(t *testing.T) {
 	if d.State != protocol.StateCancelled {
 		t.Fatalf("requester state %s", d.State)
 	}
-	waitFor(t, "provider cancelled", func() bool {
+	labtest.WaitFor(t, 15*time.Second, "provider cancelled", func() bool {
 		pd, err := b.st.GetDelegation(store.RoleProvider, id)
 		return err == nil && pd.State == protocol.StateCancelled && pd.Reason == "changed my mind"
 	})
@@ -258,7 +259,7 @@ func TestReattachAfterDroppedStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStarted(t, block)
-	waitFor(t, "requester running", func() bool { d, _ := a.engine().Get(id); return d.State == protocol.StateRunning })
+	labtest.WaitFor(t, 15*time.Second, "requester running", func() bool { d, _ := a.engine().Get(id); return d.State == protocol.StateRunning })
 	// Drop every connection between the two: the stream dies mid-run.
 	for _, c := range a.host.Network().ConnsToPeer(b.id.PeerID()) {
 		_ = c.Close()
@@ -288,6 +289,13 @@ func TestProviderRestartFailsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStarted(t, block)
+	// Once the provider has stored (and so acknowledged) the task: before
+	// that, a crash loses only an unacknowledged offer, which the requester
+	// offers again (TestProviderCrashBeforeAcceptRunsAgain).
+	labtest.WaitFor(t, 15*time.Second, "provider stored the task", func() bool {
+		_, err := b.st.DelegationInfo(store.RoleProvider, id)
+		return err == nil
+	})
 	b.crash()
 	b.start()
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -298,6 +306,77 @@ func TestProviderRestartFailsInFlight(t *testing.T) {
 	}
 	if _, err := a.engine().Verify(id); err != nil {
 		t.Fatalf("restart result proof: %v", err)
+	}
+}
+
+// TestProviderCrashBeforeAcceptRunsAgain: a provider that crashes while a
+// task runs but before it stored (and acknowledged) it has promised
+// nothing; the requester offers the task again and the restarted provider
+// runs it from the start.
+func TestProviderCrashBeforeAcceptRunsAgain(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	b.engine().SetOpenDelay(time.Hour) // the task stays unstored until it ends
+	ctx := context.Background()
+	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	b.crash()
+	b.start()
+	waitStarted(t, block) // offered again, and running again
+	block.Release()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: x" {
+		t.Fatalf("state %s reason %q output %q err %v, want completed", d.State, d.Reason, Output(d), err)
+	}
+	if _, err := a.engine().Verify(id); err != nil {
+		t.Fatalf("result proof: %v", err)
+	}
+}
+
+// A requester that comes back while its task still runs unstored on the
+// provider (see openDelay) asks again for the same delegation: the
+// provider stores the running task then and answers for it, instead of
+// taking the offer as new and running it a second time.
+func TestRequesterBackWhileTaskUnstoredRunsItOnce(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	b.engine().SetOpenDelay(time.Hour) // the task stays unstored until it ends or is asked for
+	id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("z"), BudgetTokens: 10, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	a.crash()
+	a.start()
+	labtest.WaitFor(t, 15*time.Second, "the provider stores the task when the requester asks again", func() bool {
+		_, err := b.st.GetDelegation(store.RoleProvider, id)
+		return err == nil
+	})
+	block.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: z" {
+		t.Fatalf("state %s reason %q output %q err %v, want completed", d.State, d.Reason, Output(d), err)
+	}
+	if n := len(block.started); n != 0 {
+		t.Fatalf("the task ran %d more times", n)
+	}
+	if _, err := a.engine().Verify(id); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -315,7 +394,7 @@ func TestRequesterRestartCollectsResult(t *testing.T) {
 	waitStarted(t, block)
 	a.stop()
 	block.Release()
-	waitFor(t, "provider finished while requester down", func() bool {
+	labtest.WaitFor(t, 15*time.Second, "provider finished while requester down", func() bool {
 		pd, err := b.st.GetDelegation(store.RoleProvider, id)
 		return err == nil && pd.State == protocol.StateCompleted
 	})
@@ -328,16 +407,5 @@ func TestRequesterRestartCollectsResult(t *testing.T) {
 	}
 	if _, err := a.engine().Verify(id); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

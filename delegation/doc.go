@@ -8,6 +8,18 @@
 // that restarts fails its in-flight delegations with reason
 // provider_restarted (and keeps every finished result for its requester),
 // and a requester that restarts reattaches to the delegations it left open.
+// Each side makes one durable write on a delegation's critical path: the
+// provider stores a task that ends within openDelay once, accept and result
+// together (a task it had not yet stored when it crashed is run again when
+// the requester re-offers it), and the requester stores its record while
+// the offer travels and the provider's messages with the result. A live
+// delegation's log is kept in memory as well, so signing and checking a
+// result proof read nothing back from the store.
+//
+// The Engine is a provider half (provider.go, local.go) and a requester
+// half (requester.go, capability.go, child.go) over a core they share
+// (engine.go, query.go: the store, the identity, metrics, subscriptions and
+// the run context); each half's state has its own lock.
 //
 // A requester trusts a provider's signature, not its conduct: it refuses
 // messages its state does not allow (a result before an accept), output

@@ -174,37 +174,68 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Engine runs both sides of delegation for one node.
+// Engine runs both sides of delegation for one node: the provider half
+// (provider.go: admission, the remote pool, the tasks it runs) and the
+// requester half (requester.go, capability.go: the delegations it follows,
+// what it knows of providers), over a core both share (store, identity,
+// metrics, subscriptions, the run context). Each part's state has its own
+// lock, so a busy provider never waits on its requester's bookkeeping.
 type Engine struct {
-	cfg   Config
-	log   *slog.Logger
-	id    *crypto.Identity
-	st    *store.Store
-	slots chan struct{} // remote pool
+	*core
+	*providerHalf
+	*requesterHalf
+}
+
+// core is what both halves use.
+type core struct {
+	cfg Config
+	log *slog.Logger
+	id  *crypto.Identity
+	st  *store.Store
+	m   *metrics
 	// maxPayload is the largest task and result this node carries, in
 	// bytes of part content: protocol.MaxPayload, or less when the store
 	// cannot hold that much. Capability assertions advertise it.
 	maxPayload int
 
-	mu        sync.Mutex
-	profiles  map[string]*Profile
-	handlers  map[string]bool                 // profiles added by Register, kept by SetProfiles
-	running   map[protocol.DelegationID]*task // provider side (remote and local)
-	outgoing  map[protocol.DelegationID]*outgoing
-	subs      map[subKey]map[chan store.Event]struct{}
-	caps      map[peer.ID]knownCaps
-	m         *metrics
-	offers    *peerLimiter
-	queries   *peerLimiter
-	streams   *peerLimiter    // twice the offer and query rates together
-	perPeer   map[peer.ID]int // remote slots held, by peer
-	untrusted int             // remote slots held by untrusted peers
-
+	runMu  sync.Mutex
 	runCtx context.Context
 	wg     sync.WaitGroup
 
+	subsMu sync.Mutex
+	subs   map[subKey]map[chan store.Event]struct{}
+
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
+}
+
+// providerHalf serves offers, queries and reattaches from peers and runs
+// tasks, remote and local.
+type providerHalf struct {
+	*core
+	slots   chan struct{} // remote pool
+	offers  *peerLimiter
+	queries *peerLimiter
+	streams *peerLimiter // twice the offer and query rates together
+
+	provMu    sync.Mutex
+	profiles  map[string]*Profile
+	handlers  map[string]bool                 // profiles added by Register, kept by SetProfiles
+	running   map[protocol.DelegationID]*task // remote and local tasks
+	perPeer   map[peer.ID]int                 // remote slots held, by peer
+	untrusted int                             // remote slots held by untrusted peers
+
+	openDelay time.Duration // openDelay; tests stretch it
+}
+
+// requesterHalf offers tasks to providers and follows them to their
+// result; it hands local work to the provider half.
+type requesterHalf struct {
+	*core
+	prov     *providerHalf
+	reqMu    sync.Mutex
+	outgoing map[protocol.DelegationID]*outgoing
+	caps     map[peer.ID]knownCaps
 }
 
 // payloadMargin is what an offer or result holds beside its parts
@@ -213,7 +244,7 @@ const payloadMargin = 64 << 10
 
 // MaxPayload is the largest task and result this node carries, in bytes of
 // part content.
-func (e *Engine) MaxPayload() int { return e.maxPayload }
+func (e *core) MaxPayload() int { return e.maxPayload }
 
 type subKey struct {
 	role store.Role
@@ -226,23 +257,35 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errors.New("delegation: Config needs Identity, Store and Dialer")
 	}
 	cfg.setDefaults()
-	e := &Engine{
+	c := &core{
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "delegation"),
 		id:         cfg.Identity,
 		st:         cfg.Store,
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
-		slots:      make(chan struct{}, cfg.MaxRemoteConcurrent),
-		profiles:   make(map[string]*Profile),
-		handlers:   make(map[string]bool),
-		running:    make(map[protocol.DelegationID]*task),
-		outgoing:   make(map[protocol.DelegationID]*outgoing),
 		subs:       make(map[subKey]map[chan store.Event]struct{}),
-		caps:       make(map[peer.ID]knownCaps),
-		perPeer:    make(map[peer.ID]int),
-		offers:     newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
-		queries:    newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
-		streams:    streamLimiter(cfg),
+	}
+	p := &providerHalf{
+		core:      c,
+		slots:     make(chan struct{}, cfg.MaxRemoteConcurrent),
+		offers:    newPeerLimiter(cfg.OffersPerSecond, cfg.OfferBurst),
+		queries:   newPeerLimiter(cfg.QueriesPerSecond, cfg.QueryBurst),
+		streams:   streamLimiter(cfg),
+		profiles:  make(map[string]*Profile),
+		handlers:  make(map[string]bool),
+		running:   make(map[protocol.DelegationID]*task),
+		perPeer:   make(map[peer.ID]int),
+		openDelay: openDelay,
+	}
+	e := &Engine{
+		core:         c,
+		providerHalf: p,
+		requesterHalf: &requesterHalf{
+			core:     c,
+			prov:     p,
+			outgoing: make(map[protocol.DelegationID]*outgoing),
+			caps:     make(map[peer.ID]knownCaps),
+		},
 	}
 	e.m = newMetrics(cfg.Registerer, e)
 	for i := range cfg.Profiles {
@@ -254,22 +297,22 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-func (e *Engine) addProfile(p *Profile) error {
+func (e *providerHalf) addProfile(p *Profile) error {
 	if err := protocol.CheckProfileName(p.Name); err != nil {
 		return fmt.Errorf("delegation: profile: %w", err)
 	}
 	if p.Executor == nil {
 		return fmt.Errorf("delegation: profile %q has no executor", p.Name)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	e.profiles[p.Name] = p
 	return nil
 }
 
 // Register adds (or replaces) a local profile served by an in-process Go
 // handler. It may be called before or after Run.
-func (e *Engine) Register(name string, h executor.HandlerFunc, opts ...func(*Profile)) error {
+func (e *providerHalf) Register(name string, h executor.HandlerFunc, opts ...func(*Profile)) error {
 	p := &Profile{Profile: protocol.Profile{Name: name, MaxBudgetTokens: 4096}, Executor: h}
 	for _, o := range opts {
 		o(p)
@@ -277,16 +320,16 @@ func (e *Engine) Register(name string, h executor.HandlerFunc, opts ...func(*Pro
 	if err := e.addProfile(p); err != nil {
 		return err
 	}
-	e.mu.Lock()
+	e.provMu.Lock()
 	e.handlers[name] = true
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	return nil
 }
 
 // SetProfiles replaces the profiles given in Config (a reloaded config);
 // those added by Register stay and keep their names. Delegations already
 // running keep the profile they started with; new offers see ps.
-func (e *Engine) SetProfiles(ps []Profile) error {
+func (e *providerHalf) SetProfiles(ps []Profile) error {
 	next := make(map[string]*Profile, len(ps))
 	for i := range ps {
 		p := &ps[i]
@@ -298,8 +341,8 @@ func (e *Engine) SetProfiles(ps []Profile) error {
 		}
 		next[p.Name] = p
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	for name, p := range e.profiles {
 		if e.handlers[name] {
 			next[name] = p
@@ -310,9 +353,9 @@ func (e *Engine) SetProfiles(ps []Profile) error {
 }
 
 // Profiles lists the local profiles, sorted by name.
-func (e *Engine) Profiles() []protocol.Profile {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *providerHalf) Profiles() []protocol.Profile {
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	out := make([]protocol.Profile, 0, len(e.profiles))
 	for _, p := range e.profiles {
 		out = append(out, p.Profile)
@@ -321,9 +364,9 @@ func (e *Engine) Profiles() []protocol.Profile {
 	return out
 }
 
-func (e *Engine) profile(name string) (*Profile, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *providerHalf) profile(name string) (*Profile, bool) {
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	p, ok := e.profiles[name]
 	return p, ok
 }
@@ -332,13 +375,13 @@ func (e *Engine) profile(name string) (*Profile, bool) {
 // It returns after every goroutine the engine started has stopped.
 func (e *Engine) Run(ctx context.Context) error {
 	e.loadCapabilities() // before HandleStream and Delegate can run
-	e.mu.Lock()
+	e.runMu.Lock()
 	if e.runCtx != nil {
-		e.mu.Unlock()
+		e.runMu.Unlock()
 		return errors.New("delegation: Run called twice")
 	}
 	e.runCtx = ctx
-	e.mu.Unlock()
+	e.runMu.Unlock()
 	err := e.recover(ctx)
 	<-ctx.Done()
 	e.wg.Wait()
@@ -346,22 +389,22 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 // stopping reports whether Run's context has ended.
-func (e *Engine) stopping() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *core) stopping() bool {
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
 	return e.runCtx != nil && e.runCtx.Err() != nil
 }
 
 // goWithRun starts f as an engine goroutine, or reports ErrNotRunning.
-func (e *Engine) goWithRun(f func(ctx context.Context)) error {
-	e.mu.Lock()
+func (e *core) goWithRun(f func(ctx context.Context)) error {
+	e.runMu.Lock()
 	ctx := e.runCtx
 	if ctx == nil || ctx.Err() != nil {
-		e.mu.Unlock()
+		e.runMu.Unlock()
 		return ErrNotRunning
 	}
 	e.wg.Add(1)
-	e.mu.Unlock()
+	e.runMu.Unlock()
 	go func() {
 		defer e.wg.Done()
 		f(ctx)
@@ -372,28 +415,28 @@ func (e *Engine) goWithRun(f func(ctx context.Context)) error {
 // Subscribe delivers the events appended to a delegation's log from now on.
 // The channel is buffered; a subscriber that falls behind misses events and
 // should re-read the log (Events) by sequence number.
-func (e *Engine) Subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, func()) {
+func (e *core) Subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, func()) {
 	ch := make(chan store.Event, 64)
 	k := subKey{role, id}
-	e.mu.Lock()
+	e.subsMu.Lock()
 	if e.subs[k] == nil {
 		e.subs[k] = make(map[chan store.Event]struct{})
 	}
 	e.subs[k][ch] = struct{}{}
-	e.mu.Unlock()
+	e.subsMu.Unlock()
 	return ch, func() {
-		e.mu.Lock()
+		e.subsMu.Lock()
 		delete(e.subs[k], ch)
 		if len(e.subs[k]) == 0 {
 			delete(e.subs, k)
 		}
-		e.mu.Unlock()
+		e.subsMu.Unlock()
 	}
 }
 
-func (e *Engine) publish(role store.Role, id protocol.DelegationID, ev store.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *core) publish(role store.Role, id protocol.DelegationID, ev store.Event) {
+	e.subsMu.Lock()
+	defer e.subsMu.Unlock()
 	for ch := range e.subs[subKey{role, id}] {
 		select {
 		case ch <- ev:
@@ -403,13 +446,13 @@ func (e *Engine) publish(role store.Role, id protocol.DelegationID, ev store.Eve
 }
 
 // transition writes a state change (durably) and tells subscribers.
-func (e *Engine) transition(role store.Role, id protocol.DelegationID, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
+func (e *core) transition(role store.Role, id protocol.DelegationID, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
 	return e.transitionAfter(role, id, nil, to, ev, mutate)
 }
 
 // transitionAfter writes before and then a state change in one durable
 // write, and tells subscribers about each event.
-func (e *Engine) transitionAfter(role store.Role, id protocol.DelegationID, before []store.Event, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
+func (e *core) transitionAfter(role store.Role, id protocol.DelegationID, before []store.Event, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
 	d, err := e.st.TransitionAfter(role, id, before, to, ev, mutate)
 	if err != nil {
 		return d, err
@@ -428,8 +471,17 @@ func (e *Engine) transitionAfter(role store.Role, id protocol.DelegationID, befo
 	return d, nil
 }
 
+// publishNew tells subscribers about the events a new delegation was
+// created with, which the store numbered from 1.
+func (e *core) publishNew(role store.Role, id protocol.DelegationID, first uint64, evs []store.Event) {
+	for i, ev := range evs {
+		ev.Seq = first + uint64(i)
+		e.publish(role, id, ev)
+	}
+}
+
 // create stores a new delegation and counts it.
-func (e *Engine) create(d store.Delegation, events ...store.Event) error {
+func (e *core) create(d store.Delegation, events ...store.Event) error {
 	if err := e.st.CreateDelegation(d, events...); err != nil {
 		return err
 	}
@@ -440,7 +492,7 @@ func (e *Engine) create(d store.Delegation, events ...store.Event) error {
 	return nil
 }
 
-func (e *Engine) appendEvent(role store.Role, id protocol.DelegationID, ev store.Event) error {
+func (e *core) appendEvent(role store.Role, id protocol.DelegationID, ev store.Event) error {
 	seq, err := e.st.AppendEvent(role, id, ev)
 	if err != nil {
 		return err
@@ -450,7 +502,7 @@ func (e *Engine) appendEvent(role store.Role, id protocol.DelegationID, ev store
 	return nil
 }
 
-func (e *Engine) trace(dir Direction, remote peer.ID, m protocol.Message) {
+func (e *core) trace(dir Direction, remote peer.ID, m protocol.Message) {
 	if e.cfg.Trace != nil {
 		e.cfg.Trace(dir, remote, m)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -322,12 +323,15 @@ func TestOutputFloodBounded(t *testing.T) {
 	t.Run("frames", func(t *testing.T) {
 		sent.Store(0)
 		evilProvider(t, b, flood("", 5000))
+		start := time.Now()
 		d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
 		if d.State != protocol.StateFailed || !strings.HasPrefix(d.Reason, ReasonOutputViolation) {
 			t.Fatalf("state %s reason %q, want failed %s", d.State, d.Reason, ReasonOutputViolation)
 		}
 		evs, _ := a.st.Events(store.RoleRequester, d.ID, 0)
-		if len(evs) > statusBurst+10 {
+		// The burst, what the rate refilled meanwhile (a loaded machine
+		// reads the flood slowly), and a few events that are not statuses.
+		if allowed := statusBurst + int(statusRate*time.Since(start).Seconds()) + 10; len(evs) > allowed {
 			t.Fatalf("the requester logged %d events of a status flood", len(evs))
 		}
 		t.Logf("provider sent %d empty statuses; requester logged %d events", sent.Load(), len(evs))
@@ -406,7 +410,7 @@ func TestPoolFairUnderSybilFlood(t *testing.T) {
 		}()
 	}
 	defer func() { close(stop); slow.Release(); wg.Wait() }()
-	waitFor(t, "the flood to take the slots open to it", func() bool { return accepted.Load() >= 1 })
+	labtest.WaitFor(t, 15*time.Second, "the flood to take the slots open to it", func() bool { return accepted.Load() >= 1 })
 	ok, total := 0, 100
 	for i := range total {
 		d := delegateAndWait(t, friend, Request{Profile: "echo", Peer: provider.id.PeerID(), Task: textTask(fmt.Sprint("hi ", i)), BudgetTokens: 10})

@@ -12,7 +12,7 @@ import (
 // delegateLocal runs a local profile in-process: the same offer, state
 // machine, event log and signed result as a remote delegation, with this
 // node as both requester and provider and no network.
-func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.DelegationID, error) {
+func (e *providerHalf) delegateLocal(ctx context.Context, req Request) (protocol.DelegationID, error) {
 	p, ok := e.profile(req.Profile)
 	if !ok {
 		return protocol.DelegationID{}, fmt.Errorf("%w: no local profile %q", ErrNoProvider, req.Profile)
@@ -30,9 +30,9 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 	if err != nil {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	e.mu.Lock()
+	e.runMu.Lock()
 	runCtx := e.runCtx
-	e.mu.Unlock()
+	e.runMu.Unlock()
 	if runCtx == nil {
 		return protocol.DelegationID{}, ErrNotRunning
 	}
@@ -61,7 +61,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 		return offer.ID, e.create(d, store.Event{Type: EventRejected})
 	}
 	t.lease = lease
-	accept, running, err := t.opening()
+	accept, running, err := t.openingEvents()
 	if err != nil {
 		t.releaseLease()
 		return protocol.DelegationID{}, err
@@ -70,6 +70,7 @@ func (e *Engine) delegateLocal(ctx context.Context, req Request) (protocol.Deleg
 		t.releaseLease()
 		return protocol.DelegationID{}, err
 	}
+	t.logged = []store.Event{accept, running}
 	e.startTask(runCtx, t)
 	return offer.ID, nil
 }

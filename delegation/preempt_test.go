@@ -9,6 +9,7 @@ import (
 
 	"github.com/kithmesh/kith/delegation/executor"
 	"github.com/kithmesh/kith/gpu"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -43,11 +44,11 @@ func TestPreemptionReoffersElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "B's remote delegation preempted", func() bool {
+	labtest.WaitFor(t, 15*time.Second, "B's remote delegation preempted", func() bool {
 		d, err := b.st.GetDelegation(store.RoleProvider, id)
 		return err == nil && d.State == protocol.StatePreempted
 	})
-	waitFor(t, "the task re-offered to C and running there", func() bool {
+	labtest.WaitFor(t, 15*time.Second, "the task re-offered to C and running there", func() bool {
 		d, err := c.st.GetDelegation(store.RoleProvider, id)
 		return err == nil && d.State == protocol.StateRunning
 	})

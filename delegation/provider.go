@@ -21,7 +21,7 @@ import (
 // (the libp2p-authenticated peer). The node calls it from its stream
 // handler; it returns when the conversation on the stream is over and has
 // closed the stream.
-func (e *Engine) HandleStream(s Stream, remote peer.ID) {
+func (e *providerHalf) HandleStream(s Stream, remote peer.ID) {
 	done := make(chan struct{})
 	if err := e.goWithRun(func(ctx context.Context) {
 		defer close(done)
@@ -33,7 +33,7 @@ func (e *Engine) HandleStream(s Stream, remote peer.ID) {
 	<-done
 }
 
-func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
+func (e *providerHalf) serve(ctx context.Context, s Stream, remote peer.ID) {
 	// A peer opening streams far faster than its offer and query rates
 	// allow is refused before the envelope costs any public-key work.
 	if !e.streams.allow(remote, e.cfg.Now()) {
@@ -55,7 +55,7 @@ func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
 	case *protocol.CapabilityQuery:
 		e.answerQuery(c, remote, m)
 	case *protocol.DelegationOffer:
-		e.serveOffer(ctx, c, remote, m, raw)
+		e.serveOffer(ctx, s, c, remote, m, raw)
 	case *protocol.DelegationStatus:
 		e.serveReattach(ctx, c, remote, m)
 	case *protocol.DelegationCancel:
@@ -65,13 +65,13 @@ func (e *Engine) serve(ctx context.Context, s Stream, remote peer.ID) {
 	}
 }
 
-func (e *Engine) send(c *protocol.Conn, remote peer.ID, m protocol.Message) error {
+func (e *providerHalf) send(c *protocol.Conn, remote peer.ID, m protocol.Message) error {
 	e.trace(Sent, remote, m)
 	return c.Send(m)
 }
 
 // trustOf is the trust level this node gives p (untrusted if unknown).
-func (e *Engine) trustOf(p peer.ID) protocol.TrustLevel {
+func (e *core) trustOf(p peer.ID) protocol.TrustLevel {
 	if rec, err := e.st.GetPeer(p); err == nil {
 		return rec.Trust
 	}
@@ -80,7 +80,7 @@ func (e *Engine) trustOf(p peer.ID) protocol.TrustLevel {
 
 // assertion is this node's signed capability assertion for asker: the
 // profiles asker may use, and the trust it is granted.
-func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAssertion, error) {
+func (e *providerHalf) assertion(asker peer.ID, want []string) (protocol.CapabilityAssertion, error) {
 	now := e.cfg.Now()
 	trust := e.trustOf(asker)
 	a := protocol.CapabilityAssertion{
@@ -92,13 +92,13 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 
 		MaxPayloadBytes: uint64(e.maxPayload),
 	}
-	e.mu.Lock()
+	e.provMu.Lock()
 	for _, p := range e.profiles {
 		if p.MinTrust <= trust && (len(want) == 0 || slices.Contains(want, p.Name)) {
 			a.Profiles = append(a.Profiles, p.Profile)
 		}
 	}
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	slices.SortFunc(a.Profiles, func(x, y protocol.Profile) int {
 		if x.Name < y.Name {
 			return -1
@@ -114,12 +114,12 @@ func (e *Engine) assertion(asker peer.ID, want []string) (protocol.CapabilityAss
 
 // Capacity is this node's remote pool load now: delegations from peers
 // running, and slots free.
-func (e *Engine) Capacity() protocol.Capacity {
+func (e *providerHalf) Capacity() protocol.Capacity {
 	active := len(e.slots)
 	return protocol.Capacity{Active: uint32(active), FreeSlots: uint32(cap(e.slots) - active)}
 }
 
-func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.CapabilityQuery) {
+func (e *providerHalf) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.CapabilityQuery) {
 	// A query from a peer below query_trust, or beyond its rate, gets no
 	// answer: there is no reject message for queries, and silence tells a
 	// prober nothing.
@@ -146,7 +146,7 @@ func (e *Engine) answerQuery(c *protocol.Conn, remote peer.ID, q *protocol.Capab
 
 // admit runs the admission pipeline for an offer, in order. It returns the
 // profile, or the typed reason the first failing rule gives.
-func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.DelegationOffer) (*Profile, *RejectedError) {
+func (e *providerHalf) admit(remote peer.ID, issuedAt time.Time, o *protocol.DelegationOffer) (*Profile, *RejectedError) {
 	self := e.id.PeerID()
 	if o.HopLimit == 0 {
 		return nil, &RejectedError{protocol.ReasonLoopDetected, "hop limit reached"}
@@ -188,14 +188,14 @@ func (e *Engine) admit(remote peer.ID, issuedAt time.Time, o *protocol.Delegatio
 	return p, nil
 }
 
-func (e *Engine) reject(c *protocol.Conn, remote peer.ID, id protocol.DelegationID, r *RejectedError) {
+func (e *providerHalf) reject(c *protocol.Conn, remote peer.ID, id protocol.DelegationID, r *RejectedError) {
 	e.log.Info("offer rejected", "peer", remote, "delegation", id, "reason", r.Reason, "detail", r.Detail)
 	e.m.offerRejects.WithLabelValues(r.Reason.String()).Inc()
 	_ = e.send(c, remote, &protocol.DelegationReject{ID: id, Reason: r.Reason, Detail: r.Detail})
 }
 
 // lease grants the VRAM a profile declares, or says why not.
-func (e *Engine) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.Lease, *RejectedError) {
+func (e *providerHalf) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.Lease, *RejectedError) {
 	if p.VRAMMiB == 0 {
 		return nil, nil
 	}
@@ -217,9 +217,9 @@ func (e *Engine) lease(p *Profile, id protocol.DelegationID, local bool) (*gpu.L
 // full, p already holds its share of it, or p is untrusted and the slots
 // untrusted peers may share are taken (the rest stay for the peers the user
 // verified or trusted, however many identities a stranger makes).
-func (e *Engine) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *providerHalf) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	if held := e.perPeer[p]; held >= e.cfg.MaxRemotePerPeer {
 		e.m.poolRefusals.WithLabelValues("peer_share").Inc()
 		return &RejectedError{protocol.ReasonBusy, fmt.Sprintf("this peer already holds %d of its %d remote slots", held, e.cfg.MaxRemotePerPeer)}
@@ -242,9 +242,9 @@ func (e *Engine) takeSlot(p peer.ID, trust protocol.TrustLevel) *RejectedError {
 	return nil
 }
 
-func (e *Engine) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *providerHalf) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
+	e.provMu.Lock()
+	defer e.provMu.Unlock()
 	<-e.slots
 	if e.perPeer[p]--; e.perPeer[p] <= 0 {
 		delete(e.perPeer, p)
@@ -255,7 +255,7 @@ func (e *Engine) releaseSlot(p peer.ID, trust protocol.TrustLevel) {
 }
 
 // timeoutFor clamps the offered timeout to the profile's and the node's.
-func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
+func (e *providerHalf) timeoutFor(p *Profile, offered time.Duration) time.Duration {
 	t := offered
 	limit := p.Timeout
 	if limit <= 0 {
@@ -267,7 +267,7 @@ func (e *Engine) timeoutFor(p *Profile, offered time.Duration) time.Duration {
 	return min(t, e.cfg.MaxTimeout)
 }
 
-func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
+func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
 	// A repeated offer (the requester lost our accept) is a reattach.
 	key, found := e.providerKey(remote, o.ID)
 	if found {
@@ -298,33 +298,72 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 		return
 	}
 	t.lease = lease
-	accept, running, err := t.opening()
+	accept, running, err := t.openingEvents()
 	if err != nil {
 		e.releaseSlot(remote, trust)
 		t.releaseLease()
 		return
 	}
-	d := store.Delegation{
+	// Nothing is acknowledged yet: the task starts at once, and its record
+	// is written (and the accept sent) when it ends or after openDelay,
+	// whichever comes first (see openTask).
+	t.open = openPending
+	t.record = store.Delegation{
 		ID: key, Role: store.RoleProvider, Peer: remote, Remote: true, Parent: o.ParentID,
 		ContextID: o.ContextID, Profile: o.Profile, State: protocol.StateRunning,
 		BudgetTokens: o.BudgetTokens, Offer: raw, Deadline: t.deadline,
 	}
-	// Persist before acknowledging: the accept goes out only once the
-	// delegation and its first events are durable, in one write.
-	if err := e.create(d, accept, running); err != nil {
-		e.releaseSlot(remote, trust)
-		t.releaseLease()
-		e.log.Error("store offer", "delegation", o.ID, "err", err)
-		return
-	}
+	t.openEvs = []store.Event{accept, running}
+	// If it cannot be stored, the stream ends at once: the requester,
+	// told nothing, offers again rather than wait for its deadline.
+	t.abort = func() { _ = s.Reset() }
 	t.attach(c)
-	for _, ev := range []store.Event{accept, running} {
-		m, _ := protocol.DecodeMessage(ev.Data)
-		e.trace(Sent, remote, m)
-		t.send(ev.Data)
-	}
 	e.startTask(ctx, t)
 	e.readRequester(c, remote, t)
+}
+
+// openDelay is how long a remote task may run before its record is
+// written and its accept sent. A task that ends sooner is stored once, its
+// accept and result together, so that a short delegation costs the
+// provider one durable write on its critical path, not two. The price: a
+// task that was running, unacknowledged, when the node crashed is run again
+// when the requester re-offers it, as any offer it never saw accepted.
+const openDelay = 10 * time.Millisecond
+
+// openTask writes a pending task's record, its opening events and extra in
+// one write, then sends them. It reports whether the task is open (already,
+// or now), and whether extra went out with the opening; when the write
+// fails the task is cancelled.
+func (e *providerHalf) openTask(t *task, extra ...store.Event) (open, stored bool) {
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	switch t.open {
+	case openDone:
+		return true, false
+	case openFailed, openMerged:
+		return false, false
+	}
+	if t.openTimer != nil {
+		t.openTimer.Stop()
+	}
+	evs := slices.Concat(t.openEvs, extra)
+	if err := e.create(t.record, evs...); err != nil {
+		t.open = openFailed
+		e.log.Error("store offer", "delegation", t.id, "err", err)
+		t.cancel(&stopCause{protocol.StateFailed, ReasonStore + ": " + err.Error()})
+		t.abort()
+		return false, false
+	}
+	t.open = openDone
+	t.logged = append(t.logged, evs...)
+	e.publishNew(t.role, t.id, 1, evs)
+	for _, ev := range evs {
+		if m, err := protocol.DecodeMessage(ev.Data); err == nil {
+			e.trace(Sent, t.requester, m)
+		}
+		t.send(ev.Data)
+	}
+	return true, true
 }
 
 // providerKey is where this node keeps the delegation that remote calls
@@ -333,12 +372,12 @@ func (e *Engine) serveOffer(ctx context.Context, c *protocol.Conn, remote peer.I
 // keeps it; a later peer's is kept under an ID derived from its peer ID and
 // the one it chose. Each peer so sees only its own delegations, and an
 // offer or a query answers the same whether or not another peer uses the ID.
-func (e *Engine) providerKey(remote peer.ID, id protocol.DelegationID) (protocol.DelegationID, bool) {
-	d, err := e.st.DelegationInfo(store.RoleProvider, id)
-	if err != nil {
+func (e *providerHalf) providerKey(remote peer.ID, id protocol.DelegationID) (protocol.DelegationID, bool) {
+	owner, ok := e.owner(id)
+	if !ok {
 		return id, false
 	}
-	if d.Peer == remote {
+	if owner == remote {
 		return id, true
 	}
 	h := sha256.New()
@@ -347,14 +386,49 @@ func (e *Engine) providerKey(remote peer.ID, id protocol.DelegationID) (protocol
 	h.Write(id[:])
 	var key protocol.DelegationID
 	copy(key[:], h.Sum(nil))
-	d, err = e.st.DelegationInfo(store.RoleProvider, key)
-	return key, err == nil && d.Peer == remote
+	owner, ok = e.owner(key)
+	return key, ok && owner == remote
+}
+
+// owner is the requester of the provider delegation kept under key: a task
+// running, stored or not yet (see openDelay), or one in the store.
+func (e *providerHalf) owner(key protocol.DelegationID) (peer.ID, bool) {
+	e.provMu.Lock()
+	t := e.running[key]
+	e.provMu.Unlock()
+	if t != nil && t.role == store.RoleProvider {
+		return t.requester, true
+	}
+	d, err := e.st.DelegationInfo(store.RoleProvider, key)
+	if err != nil {
+		return "", false
+	}
+	return d.Peer, true
+}
+
+// settle makes sure that a task running unstored (see openDelay) is in the
+// store before a reattach reads its log: it stores it now, or waits for
+// the write that stores it with its result.
+func (e *providerHalf) settle(ctx context.Context, key protocol.DelegationID) {
+	e.provMu.Lock()
+	t := e.running[key]
+	e.provMu.Unlock()
+	if t == nil || t.role != store.RoleProvider {
+		return
+	}
+	if open, _ := e.openTask(t); open {
+		return
+	}
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+	}
 }
 
 // readRequester reads what the requester sends on an attached stream
 // (cancel) until the task is over and the requester has closed its side,
 // which is how it acknowledges the result.
-func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
+func (e *providerHalf) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 	for {
 		wait := time.Until(t.deadline) + c.IOTimeout()
 		m, err := c.Recv(max(wait, c.IOTimeout()))
@@ -363,19 +437,26 @@ func (e *Engine) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 		}
 		e.trace(Received, remote, m)
 		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.wire {
-			e.cancelTask(remote, cm.ID, cm.Reason)
+			// This stream is the requester's: no need to look the task up
+			// (it may not even be stored yet, see openDelay).
+			t.cancel(&stopCause{protocol.StateCancelled, cmp.Or(cm.Reason, "cancelled by requester")})
 		}
 	}
 }
 
 // startTask runs t in the background: in the remote pool when it holds a
 // slot, directly when it is local work.
-func (e *Engine) startTask(ctx context.Context, t *task) {
-	e.mu.Lock()
+func (e *providerHalf) startTask(ctx context.Context, t *task) {
+	e.provMu.Lock()
 	e.running[t.id] = t
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	taskCtx, cancel := context.WithCancelCause(withParent(ctx, t))
 	t.cancel = cancel
+	if t.open == openPending {
+		t.logMu.Lock()
+		t.openTimer = time.AfterFunc(e.openDelay, func() { _, _ = e.openTask(t) })
+		t.logMu.Unlock()
+	}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -386,14 +467,14 @@ func (e *Engine) startTask(ctx context.Context, t *task) {
 
 // cancelTask stops a running task on its requester's word; id is the
 // requester's name for it.
-func (e *Engine) cancelTask(remote peer.ID, id protocol.DelegationID, reason string) {
+func (e *providerHalf) cancelTask(remote peer.ID, id protocol.DelegationID, reason string) {
 	key, found := e.providerKey(remote, id)
 	if !found {
 		return
 	}
-	e.mu.Lock()
+	e.provMu.Lock()
 	t := e.running[key]
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	if t == nil || t.requester != remote {
 		return
 	}
@@ -411,11 +492,11 @@ const flushInterval = 100 * time.Millisecond
 // executor's output goes out in pieces of this size.
 const providerFlushBytes = 256 << 10
 
-func (e *Engine) runTask(ctx context.Context, t *task) {
+func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	defer func() {
-		e.mu.Lock()
+		e.provMu.Lock()
 		delete(e.running, t.id)
-		e.mu.Unlock()
+		e.provMu.Unlock()
 		if t.remote {
 			e.releaseSlot(t.requester, t.trust)
 		}
@@ -509,18 +590,68 @@ func (e *Engine) runTask(ctx context.Context, t *task) {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
-	e.finish(t.role, t.id, t.wire, t.requester, t.offerHash, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash}
+	t.logMu.Lock()
+	switch t.open {
+	case openFailed:
+		t.logMu.Unlock()
+		return // nothing stored, nothing sent: the requester offers again
+	case openPending:
+		// Done before its record was written: store it once, with the
+		// result. The result holds the whole output, so output not yet
+		// streamed is not sent twice.
+		t.open = openMerged
+		if t.openTimer != nil {
+			t.openTimer.Stop()
+		}
+		rec := t.record
+		f.create, f.abort = &rec, t.abort
+		f.logged = t.openEvs
+		if state == protocol.StateCompleted && len(out) > 0 {
+			tail = slices.DeleteFunc(tail, func(ev store.Event) bool { return ev.State == protocol.StateRunning })
+		}
+	default:
+		f.logged = t.logged
+	}
+	t.logMu.Unlock()
+	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
-// emitStatus persists a status (streamed output) and then sends it.
-func (e *Engine) emitStatus(t *task, st *protocol.DelegationStatus) error {
+// finishing names the delegation finish ends. id is where the store keeps
+// it, wire what the requester calls it (the same but for a foreign ID, see
+// providerKey); logged is what its log holds so far. create, when set, is
+// the record of a task not yet stored, whose events are logged: finish
+// writes it with them and the result, in one write, and sends them first.
+type finishing struct {
+	role      store.Role
+	id, wire  protocol.DelegationID
+	requester peer.ID
+	offerHash [32]byte
+	logged    []store.Event
+	create    *store.Delegation
+	abort     func() // ends the requester's stream when create cannot be stored
+}
+
+// emitStatus persists a status (streamed output) and then sends it; the
+// first one of a pending task goes out with its opening, in one write.
+func (e *providerHalf) emitStatus(t *task, st *protocol.DelegationStatus) error {
 	raw, err := protocol.EncodeMessage(st)
 	if err != nil {
 		return err
 	}
-	if err := e.appendEvent(t.role, t.id, store.Event{Type: EventStatus, State: st.State, Data: raw}); err != nil {
+	ev := store.Event{Type: EventStatus, State: st.State, Data: raw}
+	switch open, stored := e.openTask(t, ev); {
+	case stored:
+		return nil
+	case !open:
+		return ErrNotRunning // the opening failed: the task is being cancelled
+	}
+	t.logMu.Lock()
+	defer t.logMu.Unlock()
+	if err := e.appendEvent(t.role, t.id, ev); err != nil {
 		return err
 	}
+	t.logged = append(t.logged, ev)
 	if t.remote {
 		e.trace(Sent, t.requester, st)
 	}
@@ -550,30 +681,22 @@ type outcomeReason struct{ wire, local string }
 // or sent) in the same write, then sends tail and the result through
 // deliver. The first terminal state wins: if the delegation already ended,
 // nothing is sent from here.
-//
-// id is where the store keeps the delegation, wire what the requester
-// calls it (the same but for a foreign ID, see providerKey).
-func (e *Engine) finish(role store.Role, id, wire protocol.DelegationID, requester peer.ID, offerHash [32]byte,
-	state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage, took time.Duration,
-	tail []store.Event, deliver func([]byte)) {
+func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage,
+	took time.Duration, tail []store.Event, deliver func([]byte)) {
+	role, id, requester := f.role, f.id, f.requester
 	reason := why.wire
-	events, err := e.st.Events(role, id, 0)
-	if err != nil {
-		e.log.Error("read events", "delegation", id, "err", err)
-		return
-	}
-	events = append(events, tail...)
+	events := slices.Concat(f.logged, tail)
 	now := e.cfg.Now()
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
-		DelegationID: wire, Requester: requester, Provider: e.id.PeerID(),
-		OfferSHA256: offerHash, TranscriptSHA256: transcriptHash(events),
+		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
+		OfferSHA256: f.offerHash, TranscriptSHA256: transcriptHash(events),
 		Usage: usage, CompletedAt: now, State: state,
 	})
 	if err != nil {
 		e.log.Error("sign result proof", "delegation", id, "err", err)
 		return
 	}
-	res := &protocol.DelegationResult{ID: wire, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
+	res := &protocol.DelegationResult{ID: f.wire, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
 	if e.mutateResult != nil {
 		e.mutateResult(res)
 	}
@@ -582,16 +705,29 @@ func (e *Engine) finish(role store.Role, id, wire protocol.DelegationID, request
 		e.log.Error("encode result", "delegation", id, "err", err)
 		return
 	}
-	_, err = e.transitionAfter(role, id, tail, state, store.Event{Type: EventResult}, func(d *store.Delegation) {
-		d.Result = raw
-		d.Reason = cmp.Or(why.local, reason)
-		d.Usage = store.Usage(usage)
-	})
-	if err != nil {
-		if !errors.Is(err, store.ErrTerminal) {
+	resultEv := store.Event{Type: EventResult, State: state}
+	if f.create != nil {
+		d := *f.create
+		d.State, d.Result, d.Reason, d.Usage = state, raw, cmp.Or(why.local, reason), store.Usage(usage)
+		if err := e.create(d, append(events, resultEv)...); err != nil {
 			e.log.Error("store result", "delegation", id, "err", err)
+			f.abort()
+			return
 		}
-		return
+		e.publishNew(role, id, 1, append(events, resultEv))
+		tail = events // the accept goes out first
+	} else {
+		_, err = e.transitionAfter(role, id, tail, state, resultEv, func(d *store.Delegation) {
+			d.Result = raw
+			d.Reason = cmp.Or(why.local, reason)
+			d.Usage = store.Usage(usage)
+		})
+		if err != nil {
+			if !errors.Is(err, store.ErrTerminal) {
+				e.log.Error("store result", "delegation", id, "err", err)
+			}
+			return
+		}
 	}
 	for _, ev := range tail {
 		if role == store.RoleProvider {
@@ -609,19 +745,22 @@ func (e *Engine) finish(role store.Role, id, wire protocol.DelegationID, request
 
 // serveReattach answers a requester's "where is delegation X": it replays
 // everything sent so far and, while the task runs, attaches the stream.
-func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
+func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
 	key, found := e.providerKey(remote, q.ID)
+	if found {
+		e.settle(ctx, key)
+	}
 	if !found {
 		// Unknown, or someone else's: the same answer, so that IDs cannot be probed.
 		_ = e.send(c, remote, &protocol.DelegationStatus{ID: q.ID, State: protocol.StateUnknown})
 		return
 	}
-	e.mu.Lock()
+	e.provMu.Lock()
 	t := e.running[key]
 	if t != nil {
 		t.mu.Lock() // hold off live sends while the history is read and replayed
 	}
-	e.mu.Unlock()
+	e.provMu.Unlock()
 	events, err := e.st.Events(store.RoleProvider, key, 0)
 	if err != nil {
 		if t != nil {
@@ -666,7 +805,7 @@ func (e *Engine) serveReattach(ctx context.Context, c *protocol.Conn, remote pee
 // recoverProvider fails what a previous run left running: the executors
 // died with the process. The signed failure waits in the store for the
 // requester to reattach and collect.
-func (e *Engine) recoverProvider() error {
+func (e *providerHalf) recoverProvider() error {
 	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleProvider), States: liveStates})
 	if err != nil {
 		return err
@@ -682,8 +821,14 @@ func (e *Engine) recoverProvider() error {
 				}
 			}
 		}
+		logged, err := e.st.Events(store.RoleProvider, d.ID, 0)
+		if err != nil {
+			e.log.Error("read events", "delegation", d.ID, "err", err)
+			continue
+		}
 		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
-		e.finish(store.RoleProvider, d.ID, wire, d.Peer, hash, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
+		f := finishing{role: store.RoleProvider, id: d.ID, wire: wire, requester: d.Peer, offerHash: hash, logged: logged}
+		e.finish(f, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
 	}
 	return nil
 }

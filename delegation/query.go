@@ -9,7 +9,7 @@ import (
 )
 
 // Get returns a delegation this node requested.
-func (e *Engine) Get(id protocol.DelegationID) (store.Delegation, error) {
+func (e *core) Get(id protocol.DelegationID) (store.Delegation, error) {
 	d, err := e.st.GetDelegation(store.RoleRequester, id)
 	if err != nil {
 		return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
@@ -19,7 +19,7 @@ func (e *Engine) Get(id protocol.DelegationID) (store.Delegation, error) {
 
 // Wait blocks until the delegation this node requested is terminal, or ctx
 // ends.
-func (e *Engine) Wait(ctx context.Context, id protocol.DelegationID) (store.Delegation, error) {
+func (e *core) Wait(ctx context.Context, id protocol.DelegationID) (store.Delegation, error) {
 	ch, cancel := e.Subscribe(store.RoleRequester, id)
 	defer cancel()
 	for {
@@ -68,7 +68,7 @@ func Output(d store.Delegation) string {
 // Verify re-checks the stored result proof of a delegation this node
 // requested: the provider's signature over the exact bytes, and that it
 // matches the offer, the transcript and the result stored here.
-func (e *Engine) Verify(id protocol.DelegationID) (protocol.ResultProof, error) {
+func (e *core) Verify(id protocol.DelegationID) (protocol.ResultProof, error) {
 	d, err := e.Get(id)
 	if err != nil {
 		return protocol.ResultProof{}, err
@@ -103,7 +103,7 @@ type Node struct {
 // and children, roots newest first. A delegation whose parent ran here as a
 // provider (a child spawned while serving a peer) hangs under that
 // provider-side record.
-func (e *Engine) Tree(limit int) ([]*Node, error) {
+func (e *core) Tree(limit int) ([]*Node, error) {
 	all, err := e.st.ListDelegations(store.DelegationFilter{Limit: limit})
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
+	"github.com/kithmesh/kith/internal/backoff"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -46,7 +48,7 @@ const requestGrace = 5 * time.Second
 
 // Delegate starts a delegation and returns its ID once the request is
 // durable. Follow it with Subscribe or Wait.
-func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.DelegationID, error) {
+func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.DelegationID, error) {
 	if err := protocol.CheckProfileName(req.Profile); err != nil {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -65,7 +67,7 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 	}
 	self := e.id.PeerID()
 	if req.Peer == self || (req.Peer == "" && e.hasProfile(req.Profile)) {
-		return e.delegateLocal(ctx, req)
+		return e.prov.delegateLocal(ctx, req)
 	}
 	target := req.Peer
 	var caps *protocol.CapabilityAssertion
@@ -108,45 +110,78 @@ func (e *Engine) Delegate(ctx context.Context, req Request) (protocol.Delegation
 		ContextID: req.ContextID, Profile: req.Profile, State: protocol.StateOffered,
 		BudgetTokens: req.BudgetTokens, Offer: raw, Deadline: now.Add(req.Timeout + requestGrace),
 	}
-	if err := e.create(d); err != nil {
+	// The record's write and the offer go out together: the offer is not
+	// an acknowledgement of anything, and the follower reads nothing the
+	// provider answers before the record is durable (created.wait). So a
+	// delegation costs the requester one durable write on its critical
+	// path, not two.
+	cr := &created{ch: make(chan error, 1)}
+	if err := e.follow(d, cr); err != nil {
 		return protocol.DelegationID{}, err
 	}
-	if err := e.follow(d); err != nil {
-		return offer.ID, err
+	err = e.create(d)
+	cr.ch <- err
+	if err != nil {
+		return protocol.DelegationID{}, err
 	}
 	return offer.ID, nil
 }
 
-func (e *Engine) hasProfile(name string) bool {
-	_, ok := e.profile(name)
+// created is the outcome of the write that creates a delegation, which its
+// first attempt overlaps with sending the offer. A nil *created is a
+// delegation already stored (one recovered at start).
+type created struct {
+	ch   chan error
+	once sync.Once
+	err  error
+}
+
+// wait returns once the delegation is stored, or why it could not be.
+func (c *created) wait() error {
+	if c == nil {
+		return nil
+	}
+	c.once.Do(func() { c.err = <-c.ch })
+	return c.err
+}
+
+func (e *requesterHalf) hasProfile(name string) bool {
+	_, ok := e.prov.profile(name)
 	return ok
 }
 
 // follow drives a remote delegation in the background until it ends: the
-// offer, then reattaching after every lost stream until the deadline.
-func (e *Engine) follow(d store.Delegation) error {
+// offer, then reattaching after every lost stream until the deadline. cr,
+// when set, is the pending write of d: the first attempt starts from d as
+// it is in memory, and nothing reads or writes d in the store before cr is
+// done.
+func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	return e.goWithRun(func(ctx context.Context) {
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
 		o := &outgoing{cancel: cancel}
-		e.mu.Lock()
+		e.reqMu.Lock()
 		e.outgoing[d.ID] = o
-		e.mu.Unlock()
+		e.reqMu.Unlock()
 		defer func() {
-			e.mu.Lock()
+			e.reqMu.Lock()
 			delete(e.outgoing, d.ID)
-			e.mu.Unlock()
+			e.reqMu.Unlock()
 		}()
-		e.followLoop(ctx, d, o)
+		e.followLoop(ctx, d, o, cr)
 	})
 }
 
-func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing) {
-	backoff := e.cfg.ReattachBackoff
+func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *outgoing, cr *created) {
+	bo := backoff.Backoff{Initial: e.cfg.ReattachBackoff, Max: maxReattachBackoff}
 	preemptedBy := map[peer.ID]bool{}
 	var lost *pathLoss // the provider's path went away and has not come back
 	for attempt := 0; ; attempt++ {
-		out, err := e.attempt(ctx, d, o, lost)
+		fresh := attempt == 0 && cr != nil
+		out, err := e.attempt(ctx, d, o, lost, fresh, cr)
+		if cr.wait() != nil {
+			return // never stored: Delegate reports the error
+		}
 		switch out {
 		case outcomeDone:
 			return
@@ -166,7 +201,7 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 			return
 		case outcomeConnected:
 			lost = nil // the stream worked, then broke: a new loss below
-			backoff = e.cfg.ReattachBackoff
+			bo.Reset()
 		}
 		if ctx.Err() != nil {
 			return // engine stopping or cancelled: Cancel/recover take over
@@ -189,13 +224,9 @@ func (e *Engine) followLoop(ctx context.Context, d store.Delegation, o *outgoing
 			})
 			return
 		}
-		wait := min(backoff, d.Deadline.Sub(e.cfg.Now()))
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, max(min(bo.Next(), d.Deadline.Sub(e.cfg.Now())), 0)) {
 			return
-		case <-time.After(max(wait, 0)):
 		}
-		backoff = min(2*backoff, maxReattachBackoff)
 	}
 }
 
@@ -213,7 +244,7 @@ type pathLoss struct {
 
 // noteWaiting records, for `kith tasks show`, what a running delegation
 // waits for while its provider cannot be reached.
-func (e *Engine) noteWaiting(d store.Delegation, l *pathLoss) {
+func (e *requesterHalf) noteWaiting(d store.Delegation, l *pathLoss) {
 	why := "the stream ended"
 	if l.err != nil {
 		why = oneLine(l.err.Error())
@@ -250,7 +281,7 @@ func oneLine(s string) string {
 const maxUnacceptedAttempts = 5
 
 // everAccepted reports whether the current provider accepted d.
-func (e *Engine) everAccepted(id protocol.DelegationID) bool {
+func (e *requesterHalf) everAccepted(id protocol.DelegationID) bool {
 	evs, err := e.st.Events(store.RoleRequester, id, 0)
 	if err != nil {
 		return true // unsure: keep trying until the deadline
@@ -266,7 +297,7 @@ func (e *Engine) everAccepted(id protocol.DelegationID) bool {
 // expireOutgoing gives up on a delegation whose deadline passed with no
 // result, and tells the provider (best effort). A provider out of reach
 // since lost is named as the reason, not the clock.
-func (e *Engine) expireOutgoing(d store.Delegation, lost *pathLoss) {
+func (e *requesterHalf) expireOutgoing(d store.Delegation, lost *pathLoss) {
 	if _, err := e.transition(store.RoleRequester, d.ID, protocol.StateExpired, store.Event{}, func(x *store.Delegation) {
 		x.Reason = ReasonTimeout
 		if lost != nil {
@@ -293,21 +324,29 @@ const (
 // provider has accepted, a status query to reattach), and follows the
 // stream. The error says why an attempt that did not end the delegation
 // failed.
-func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss) (outcome, error) {
-	cur, err := e.st.GetDelegation(store.RoleRequester, d.ID)
-	if err != nil {
-		return outcomeDone, err
-	}
-	if cur.State.Terminal() {
-		return outcomeDone, nil
-	}
-	d = cur // the provider may have changed (a re-offer)
-	all, err := e.st.Events(store.RoleRequester, d.ID, 0)
-	if err != nil {
-		return outcomeRetry, err
+//
+// A fresh attempt is the first one of a delegation just offered: it starts
+// from d as Delegate built it, reading nothing back, and waits for cr (the
+// write of d) before it reads the provider's answer.
+func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created) (outcome, error) {
+	cur := d
+	var all []store.Event
+	if !fresh {
+		var err error
+		if cur, err = e.st.GetDelegation(store.RoleRequester, d.ID); err != nil {
+			return outcomeDone, err
+		}
+		if cur.State.Terminal() {
+			return outcomeDone, nil
+		}
+		d = cur // the provider may have changed (a re-offer)
+		if all, err = e.st.Events(store.RoleRequester, d.ID, 0); err != nil {
+			return outcomeRetry, err
+		}
 	}
 	r := &providerReader{e: e, d: d, statuses: rate.NewLimiter(statusRate, statusBurst)}
-	for _, ev := range currentAttempt(all) {
+	r.events = slices.Clone(currentAttempt(all))
+	for _, ev := range r.events {
 		switch ev.Type {
 		case EventAccepted:
 			r.accepted = true
@@ -322,7 +361,8 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 	var first protocol.Message
 	if r.accepted {
 		first = &protocol.DelegationStatus{ID: d.ID, Query: true, Seq: r.lastSeq}
-	} else {
+	} else if e.cfg.Trace != nil {
+		// Decoded for the trace only: a large offer goes out as stored.
 		offer, err := protocol.DecodeMessage(cur.Offer)
 		if err != nil {
 			return outcomeDone, err
@@ -342,12 +382,15 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 	if r.accepted {
 		c, err = protocol.Dial(s, e.id, d.Peer, first, e.cfg.Conn)
 	} else {
-		c, err = protocol.DialEncoded(s, e.id, d.Peer, first.Type(), cur.Offer, e.cfg.Conn)
+		c, err = protocol.DialEncoded(s, e.id, d.Peer, protocol.TypeDelegationOffer, cur.Offer, e.cfg.Conn)
 	}
 	if err != nil {
 		_ = s.Reset()
 		if errors.Is(err, protocol.ErrPayloadTooLarge) || errors.Is(err, protocol.ErrFrameTooLarge) {
 			// A local size error: no retry can fix it.
+			if cr.wait() != nil {
+				return outcomeDone, err
+			}
 			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 				x.Reason = ReasonPayloadTooLarge + ": " + err.Error()
 			})
@@ -355,7 +398,9 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 		}
 		return outcomeRetry, err
 	}
-	e.trace(Sent, d.Peer, first)
+	if first != nil {
+		e.trace(Sent, d.Peer, first)
+	}
 	if lost != nil || strings.HasPrefix(cur.Reason, waitingPrefix) {
 		e.log.Info("path to the provider is back", "delegation", d.ID, "peer", d.Peer)
 		_, _ = e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
@@ -365,15 +410,19 @@ func (e *Engine) attempt(ctx context.Context, d store.Delegation, o *outgoing, l
 			return nil
 		})
 	}
-	e.mu.Lock()
+	e.reqMu.Lock()
 	o.conn = c
-	e.mu.Unlock()
+	e.reqMu.Unlock()
 	defer func() {
-		e.mu.Lock()
+		e.reqMu.Lock()
 		o.conn = nil
-		e.mu.Unlock()
+		e.reqMu.Unlock()
 	}()
 	r.c = c
+	if err := cr.wait(); err != nil {
+		_ = s.Reset()
+		return outcomeDone, err
+	}
 	out, err := r.read()
 	if out == outcomeDone {
 		_ = s.Close() // closing our side acknowledges the result
@@ -397,7 +446,7 @@ const requesterFlushBytes = 256 << 10
 
 // eventBuffer holds a requester's not-yet-stored events for one stream.
 type eventBuffer struct {
-	e     *Engine
+	e     *core
 	id    protocol.DelegationID
 	mu    sync.Mutex
 	evs   []store.Event
@@ -494,7 +543,7 @@ const (
 // stream (and return) for a budget: generous beside the executors' own
 // accounting of about four bytes per token, and never above the payload
 // limit.
-func (e *Engine) outputCap(budget uint64) int {
+func (e *core) outputCap(budget uint64) int {
 	const bytesPerToken, floor = 32, 64 << 10
 	if budget > uint64(e.maxPayload)/bytesPerToken {
 		return e.maxPayload
@@ -506,7 +555,7 @@ func (e *Engine) outputCap(budget uint64) int {
 // requester's view of the delegation: what the provider may send next
 // depends on what it sent before.
 type providerReader struct {
-	e        *Engine
+	e        *requesterHalf
 	d        store.Delegation
 	c        *protocol.Conn
 	buf      *eventBuffer
@@ -514,13 +563,17 @@ type providerReader struct {
 	lastSeq  uint64
 	partial  int // bytes of partial output logged so far, every stream counted
 	statuses *rate.Limiter
+	// events is the current attempt's log, stored or buffered: what the
+	// result's transcript must match, kept so that checking it reads
+	// nothing back.
+	events []store.Event
 }
 
 // read follows the provider's messages until the delegation is terminal
 // here (outcomeDone), the provider preempted it, or the stream fails.
 func (r *providerReader) read() (outcome, error) {
 	e, d := r.e, r.d
-	r.buf = &eventBuffer{e: e, id: d.ID}
+	r.buf = &eventBuffer{e: e.core, id: d.ID}
 	defer func() { _ = r.buf.flush() }() // a reattach reads the log to resume from
 	for {
 		wait := d.Deadline.Sub(e.cfg.Now())
@@ -571,7 +624,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
-		e.acceptResult(d, m, raw, r.buf.take())
+		e.acceptResult(d, m, raw, r.buf.take(), r.events)
 		return outcomeDone, nil, true
 	}
 	return 0, nil, false
@@ -612,7 +665,7 @@ func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out o
 	if m.State == protocol.StatePreempted && !e.cfg.NoReoffer {
 		// Log it (the delegation itself stays live) and offer the task
 		// elsewhere.
-		if err := r.buf.add(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw}); err != nil {
+		if err := r.log(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw}); err != nil {
 			return r.storeFailed(err)
 		}
 		return outcomePreempted, nil, true
@@ -640,9 +693,18 @@ func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out o
 	return 0, nil, false
 }
 
+// log buffers an event for the log, and keeps it for the transcript.
+func (r *providerReader) log(ev store.Event) error {
+	if err := r.buf.add(ev); err != nil {
+		return err
+	}
+	r.events = append(r.events, ev)
+	return nil
+}
+
 // keep buffers an event for the log.
 func (r *providerReader) keep(ev store.Event) (out outcome, err error, end bool) {
-	if err := r.buf.add(ev); err != nil {
+	if err := r.log(ev); err != nil {
 		return r.storeFailed(err)
 	}
 	if r.buf.isDone() {
@@ -684,13 +746,15 @@ func (r *providerReader) violation(reason, detail string) outcome {
 // hash, transcript, budget) and stores it, with the events still buffered,
 // in one write. A result that fails a check is kept for inspection (unless
 // it is too large to keep) but the delegation ends failed with the reason.
-func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before []store.Event) {
+//
+// transcript is the attempt's log, before included.
+func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event) {
 	state, reason := m.State, m.Reason
 	keep := raw
 	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
 		state, keep = protocol.StateFailed, nil
 		reason = fmt.Sprintf("%s: result of %d bytes, at most %d for a budget of %d tokens", ReasonOutputViolation, n, limit, d.BudgetTokens)
-	} else if err := e.checkProof(d, m, before); err != nil {
+	} else if err := e.checkProof(d, m, transcript); err != nil {
 		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
 	} else if m.Usage.Completion > d.BudgetTokens {
 		state = protocol.StateFailed
@@ -715,18 +779,14 @@ func (e *Engine) acceptResult(d store.Delegation, m *protocol.DelegationResult, 
 }
 
 // checkProof verifies a result's proof against what this node sent and
-// received: the provider's signature, the offer hash and the transcript.
-func (e *Engine) checkProof(d store.Delegation, m *protocol.DelegationResult, pending []store.Event) error {
+// received: the provider's signature, the offer hash and the transcript
+// (the current attempt's log).
+func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event) error {
 	p, err := protocol.VerifyResultProof(d.Peer, m.Proof)
 	if err != nil {
 		return err
 	}
-	events, err := e.st.Events(store.RoleRequester, d.ID, 0)
-	if err != nil {
-		return err
-	}
-	events = append(events, pending...)
-	return matchProof(p, d, e.id.PeerID(), m, events)
+	return matchProof(p, d, e.id.PeerID(), m, transcript)
 }
 
 func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m *protocol.DelegationResult, events []store.Event) error {
@@ -751,7 +811,7 @@ func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m
 
 // Cancel ends a delegation this node requested. A remote provider is told
 // on the live stream, or on a new one.
-func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
+func (e *requesterHalf) Cancel(id protocol.DelegationID, reason string) error {
 	if reason == "" {
 		reason = "cancelled by requester"
 	}
@@ -763,9 +823,9 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 		return fmt.Errorf("delegation %s already %s: %w", id, d.State, store.ErrTerminal)
 	}
 	if !d.Remote {
-		e.mu.Lock()
-		t := e.running[id]
-		e.mu.Unlock()
+		e.prov.provMu.Lock()
+		t := e.prov.running[id]
+		e.prov.provMu.Unlock()
 		if t != nil {
 			t.cancel(&stopCause{protocol.StateCancelled, reason})
 			<-t.done
@@ -776,13 +836,13 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
+	e.reqMu.Lock()
 	o := e.outgoing[id]
 	var c *protocol.Conn
 	if o != nil {
 		c = o.conn
 	}
-	e.mu.Unlock()
+	e.reqMu.Unlock()
 	if c != nil && c.Send(&protocol.DelegationCancel{ID: id, Reason: reason}) == nil {
 		e.trace(Sent, d.Peer, &protocol.DelegationCancel{ID: id, Reason: reason})
 	} else if d.Remote {
@@ -798,7 +858,7 @@ func (e *Engine) Cancel(id protocol.DelegationID, reason string) error {
 }
 
 // sendCancel tells a provider on a fresh stream, in the background.
-func (e *Engine) sendCancel(p peer.ID, id protocol.DelegationID, reason string) {
+func (e *requesterHalf) sendCancel(p peer.ID, id protocol.DelegationID, reason string) {
 	_ = e.goWithRun(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
 		defer cancel()
@@ -818,7 +878,7 @@ func (e *Engine) sendCancel(p peer.ID, id protocol.DelegationID, reason string) 
 
 // reofferTarget picks another provider of d's profile, not one that has
 // preempted it.
-func (e *Engine) reofferTarget(ctx context.Context, d store.Delegation, exclude map[peer.ID]bool) (peer.ID, bool) {
+func (e *requesterHalf) reofferTarget(ctx context.Context, d store.Delegation, exclude map[peer.ID]bool) (peer.ID, bool) {
 	if e.cfg.NoReoffer || e.cfg.Finder == nil {
 		return "", false
 	}
@@ -841,7 +901,7 @@ func (e *Engine) reofferTarget(ctx context.Context, d store.Delegation, exclude 
 
 // reoffer moves a preempted delegation to provider next: the log marks
 // where the new attempt starts, and the same offer goes out again.
-func (e *Engine) reoffer(d store.Delegation, next peer.ID) error {
+func (e *requesterHalf) reoffer(d store.Delegation, next peer.ID) error {
 	if _, err := e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
 		x.Peer = next
 		return nil
@@ -854,7 +914,7 @@ func (e *Engine) reoffer(d store.Delegation, next peer.ID) error {
 }
 
 // endPreempted ends a delegation that no other provider could take over.
-func (e *Engine) endPreempted(d store.Delegation) {
+func (e *requesterHalf) endPreempted(d store.Delegation) {
 	_, _ = e.transition(store.RoleRequester, d.ID, protocol.StatePreempted, store.Event{}, func(x *store.Delegation) {
 		x.Reason = "preempted by the provider's local work; no other provider took it"
 	})
@@ -862,7 +922,7 @@ func (e *Engine) endPreempted(d store.Delegation) {
 
 // recoverRequester resumes the remote delegations a previous run left open
 // and fails the local ones, whose executors died with the process.
-func (e *Engine) recoverRequester() error {
+func (e *requesterHalf) recoverRequester() error {
 	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleRequester), States: liveStates})
 	if err != nil {
 		return err
@@ -875,7 +935,7 @@ func (e *Engine) recoverRequester() error {
 			continue
 		}
 		e.log.Info("reattaching to delegation", "delegation", d.ID, "peer", d.Peer)
-		if err := e.follow(d); err != nil {
+		if err := e.follow(d, nil); err != nil {
 			return err
 		}
 	}

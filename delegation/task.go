@@ -36,7 +36,33 @@ type task struct {
 	mu        sync.Mutex
 	conn      *protocol.Conn // attached requester stream; nil while detached
 	statusSeq uint64
+
+	// logMu guards the opening and the log kept in memory.
+	logMu sync.Mutex
+	// open says whether the task's record is in the store yet. A remote
+	// task starts before it is stored (openPending), so that a task that
+	// ends quickly is stored once, with its result (see openDelay).
+	open openState
+	// record and openEvs are what the first write stores while the task is
+	// pending: the delegation, its accept and its running status.
+	record    store.Delegation
+	openEvs   []store.Event
+	openTimer *time.Timer
+	abort     func() // resets the stream the task was offered on
+	// logged is every event stored for the task, in order: the transcript
+	// its result proof covers, kept so that finishing reads nothing back.
+	logged []store.Event
 }
+
+// openState is whether a task's record has been written.
+type openState uint8
+
+const (
+	openDone    openState = iota // stored (a local task is stored before it starts)
+	openPending                  // not yet: nothing is sent before it is
+	openFailed                   // the write failed: the task is cancelled, nothing is sent
+	openMerged                   // stored with the result, in one write
+)
 
 // attach makes c the stream that receives this task's messages.
 func (t *task) attach(c *protocol.Conn) {
@@ -64,9 +90,9 @@ func (t *task) send(raw []byte) {
 	}
 }
 
-// opening builds the first two events a provider stores and sends for a
+// openingEvents builds the first two events a provider stores and sends for a
 // task it accepts and starts at once: the accept and the running status.
-func (t *task) opening() (accept, running store.Event, err error) {
+func (t *task) openingEvents() (accept, running store.Event, err error) {
 	m := &protocol.DelegationAccept{ID: t.wire, ProviderHandle: t.id.String()}
 	if t.lease != nil {
 		m.Lease = protocol.Lease{VRAMMiB: t.lease.VRAMMiB(), Device: t.lease.Device().UUID}

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -337,7 +338,7 @@ func TestDHTReadvertise(t *testing.T) {
 		}
 		return len(hints) == 1
 	}
-	waitFor(t, 10*time.Second, "the running node's first advert", func() bool { return found("llm") })
+	labtest.WaitFor(t, 10*time.Second, "the running node's first advert", func() bool { return found("llm") })
 	if !found("vision") {
 		t.Fatal("a profile advertised once is not found before its records expire")
 	}
@@ -351,19 +352,7 @@ func TestDHTReadvertise(t *testing.T) {
 	}
 
 	profiles.Store(&[]string{"llm", "audio"})
-	waitFor(t, 10*time.Second, "an advert of a profile added while running", func() bool { return found("audio") })
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("no %s within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	labtest.WaitFor(t, 10*time.Second, "an advert of a profile added while running", func() bool { return found("audio") })
 }
 
 // TestDHTClientMode: a client-mode node finds and advertises through the
@@ -622,7 +611,7 @@ func TestDHTAdvertisesWhenFirstServerArrives(t *testing.T) {
 		}
 	}
 	// Well before advertiseRetry, the round after a failure.
-	waitFor(t, advertiseRetry/2, "the provider's record, once it knows a server", func() bool {
+	labtest.WaitFor(t, advertiseRetry/2, "the provider's record, once it knows a server", func() bool {
 		fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer fcancel()
 		hints, _ := finder.FindProviders(fctx, "late", 1)

@@ -19,6 +19,7 @@ import (
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 
 	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -221,7 +222,7 @@ func rawSubscriber(tb testing.TB, h host.Host) (*pubsub.Topic, *pubsub.Subscript
 // waitTopicPeer waits until topic's node knows that p subscribes.
 func waitTopicPeer(tb testing.TB, topic *pubsub.Topic, p peer.ID) {
 	tb.Helper()
-	waitFor(tb, 10*time.Second, "subscription from "+p.String(), func() bool { return slices.Contains(topic.ListPeers(), p) })
+	labtest.WaitFor(tb, 10*time.Second, "subscription from "+p.String(), func() bool { return slices.Contains(topic.ListPeers(), p) })
 }
 
 // TestGossipDropsBadAdverts: a peer publishes forged, mismatched, expired,
@@ -287,14 +288,14 @@ func TestGossipDropsBadAdverts(t *testing.T) {
 		if err := badTopic.Publish(ctx, c.data); err != nil {
 			t.Fatalf("%s: %v", c.reason, err)
 		}
-		waitFor(t, 10*time.Second, fmt.Sprintf("gossip/%s drop (counters: %v)", c.reason, counters.Snapshot()), func() bool { return counters.Get("gossip/"+c.reason) > 0 })
+		labtest.WaitFor(t, 10*time.Second, fmt.Sprintf("gossip/%s drop (counters: %v)", c.reason, counters.Snapshot()), func() bool { return counters.Get("gossip/"+c.reason) > 0 })
 	}
 	// Denied: a good advert, from a peer recv denies. fwd relays it to recv
 	// only once a heartbeat has put recv in fwd's mesh (or by IHAVE gossip),
 	// which on a loaded machine can take several heartbeats: publish again
 	// until recv has seen one.
 	deniedAdvert := advertBytes(t, capability(t, deniedID, 0, now, time.Hour))
-	waitFor(t, 30*time.Second, "gossip/denied drop", func() bool {
+	labtest.WaitFor(t, 30*time.Second, "gossip/denied drop", func() bool {
 		if counters.Get("gossip/denied") > 0 {
 			return true
 		}
@@ -315,7 +316,7 @@ func TestGossipDropsBadAdverts(t *testing.T) {
 			t.Fatal(err)
 		}
 		if at.Equal(older) {
-			waitFor(t, 10*time.Second, "gossip/stale drop", func() bool { return counters.Get("gossip/stale") > 0 })
+			labtest.WaitFor(t, 10*time.Second, "gossip/stale drop", func() bool { return counters.Get("gossip/stale") > 0 })
 		} else {
 			select {
 			case a := <-delivered:
@@ -399,7 +400,7 @@ func TestGossipDoesNotSendToDenied(t *testing.T) {
 	if err := deniedTopic.Publish(ctx, advertBytes(t, capability(t, ids[2], 1, now, time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "gossip/denied drop", func() bool { return counters.Get("gossip/denied") == 1 })
+	labtest.WaitFor(t, 10*time.Second, "gossip/denied drop", func() bool { return counters.Get("gossip/denied") == 1 })
 	if _, ok := g.Latest(denied.ID()); ok {
 		t.Error("the denied peer's advert was recorded")
 	}
@@ -600,7 +601,7 @@ func TestGossipHearsOnlyItsProfiles(t *testing.T) {
 	}
 
 	issued := time.Now().Truncate(time.Millisecond)
-	waitFor(t, 30*time.Second, "the advert at the requesters", func() bool {
+	labtest.WaitFor(t, 30*time.Second, "the advert at the requesters", func() bool {
 		issued = issued.Add(time.Second)
 		if err := gs[provider].Publish(context.Background(), capability(t, ids[provider], 1, issued, time.Hour)); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,6 @@ package discovery
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/zeroconf/v2"
+
+	"github.com/kithmesh/kith/internal/labtest"
 )
 
 // hints collects what a sink receives.
@@ -68,7 +69,7 @@ func newLoopbackHost(t *testing.T) host.Host {
 }
 
 func TestMDNSPeersFindEachOther(t *testing.T) {
-	needPrivateMulticast(t)
+	labtest.PrivateMulticast(t, "./discovery")
 	a, b := newLoopbackHost(t), newLoopbackHost(t)
 	ha, hb := newHints(), newHints()
 	start := time.Now()
@@ -104,7 +105,7 @@ func TestMDNSPeersFindEachOther(t *testing.T) {
 }
 
 func TestMDNSBadAnnouncementsAreCounted(t *testing.T) {
-	needPrivateMulticast(t)
+	labtest.PrivateMulticast(t, "./discovery")
 	other := testPeer(t, 7)
 	bad := map[string][]string{
 		"garbage-id": {"peer=notapeer"},
@@ -153,14 +154,10 @@ func TestMDNSBadAnnouncementsAreCounted(t *testing.T) {
 // TestMDNSThirdPartyBrowser checks the announcement with a browser nobody
 // here wrote: Debian's python3-zeroconf.
 func TestMDNSThirdPartyBrowser(t *testing.T) {
-	needPrivateMulticast(t)
+	labtest.PrivateMulticast(t, "./discovery")
 	const python = "/usr/bin/python3"
 	if err := exec.Command(python, "-c", "import zeroconf").Run(); err != nil {
-		msg := "python3-zeroconf is not installed (apt-get install python3-zeroconf)"
-		if os.Getenv("KITH_NETNS_REQUIRED") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		labtest.Lacking(t, labtest.NetnsRequired, "python3-zeroconf is not installed (apt-get install python3-zeroconf)")
 	}
 	a := newLoopbackHost(t)
 	m, err := StartMDNS(a, MDNSConfig{Profiles: []string{"echo"}}, func(context.Context, Hint) {})

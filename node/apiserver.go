@@ -113,8 +113,8 @@ func (n *Node) handlePeers(w http.ResponseWriter, _ *http.Request) {
 	out := []api.Peer{}
 	for _, p := range peers {
 		out = append(out, api.Peer{
-			ID: p.ID.String(), Addrs: p.Addrs, Sources: p.Sources, Trust: p.Trust.String(),
-			Access: p.Access.String(), LastSeen: p.LastSeen,
+			ID: p.ID.String(), Addrs: p.Addrs, Sources: p.Sources, Trust: p.Trust,
+			Access: p.Access, LastSeen: p.LastSeen,
 			Connected: h.Network().Connectedness(p.ID) == network.Connected,
 		})
 	}
@@ -146,7 +146,7 @@ func (n *Node) handleAddPeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, api.Peer{
-		ID: p.ID.String(), Addrs: p.Addrs, Sources: p.Sources, Trust: p.Trust.String(), Access: p.Access.String(),
+		ID: p.ID.String(), Addrs: p.Addrs, Sources: p.Sources, Trust: p.Trust, Access: p.Access,
 		Connected: n.Host().Network().Connectedness(p.ID) == network.Connected, LastSeen: p.LastSeen,
 	})
 }
@@ -239,7 +239,7 @@ func (n *Node) lookup(w http.ResponseWriter, r *http.Request) (store.Delegation,
 
 func toAPI(d store.Delegation) api.Delegation {
 	out := api.Delegation{
-		ID: d.ID.String(), Role: d.Role.String(), Profile: d.Profile, State: d.State.String(), Reason: d.Reason,
+		ID: d.ID.String(), Role: d.Role, Profile: d.Profile, State: d.State, Reason: d.Reason,
 		Remote: d.Remote, ContextID: string(d.ContextID), Budget: d.BudgetTokens,
 		Usage:     api.Usage{Prompt: d.Usage.Prompt, Completion: d.Usage.Completion, Total: d.Usage.Total},
 		Output:    delegation.Output(d),
@@ -267,14 +267,7 @@ func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := store.DelegationFilter{Limit: q.Limit + 1, Since: q.Since}
-	for _, s := range q.States {
-		var st protocol.State
-		if err := st.UnmarshalText([]byte(s)); err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("state %q: not a delegation state", s))
-			return
-		}
-		f.States = append(f.States, st)
-	}
+	f.States = q.States
 	ds, err := n.Store().ListDelegations(f)
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
@@ -320,7 +313,7 @@ func (n *Node) handleVerify(w http.ResponseWriter, r *http.Request) {
 		out.Error = err.Error()
 	}
 	if p.Provider != "" {
-		out.Provider, out.Requester, out.State = p.Provider.String(), p.Requester.String(), p.State.String()
+		out.Provider, out.Requester, out.State = p.Provider.String(), p.Requester.String(), p.State
 		out.Usage = api.Usage{Prompt: p.Usage.Prompt, Completion: p.Usage.Completion, Total: p.Usage.Total}
 		out.OfferSHA256, out.Transcript = hex.EncodeToString(p.OfferSHA256[:]), hex.EncodeToString(p.TranscriptSHA256[:])
 		out.CompletedAt = p.CompletedAt
@@ -350,7 +343,7 @@ func (n *Node) handleTree(w http.ResponseWriter, _ *http.Request) {
 }
 
 func eventToAPI(ev store.Event) api.Event {
-	out := api.Event{Seq: ev.Seq, At: ev.At, Type: ev.Type, State: ev.State.String(), Terminal: ev.State.Terminal()}
+	out := api.Event{Seq: ev.Seq, At: ev.At, Type: ev.Type, State: ev.State, Terminal: ev.State.Terminal()}
 	if ev.Type == delegation.EventStatus {
 		if m, err := protocol.DecodeMessage(ev.Data); err == nil {
 			if st, ok := m.(*protocol.DelegationStatus); ok {

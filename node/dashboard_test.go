@@ -20,6 +20,7 @@ import (
 
 	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
@@ -38,10 +39,7 @@ func chromium(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("KITH_BROWSER_REQUIRED") == "1" {
-		t.Fatal("chromium not found and KITH_BROWSER_REQUIRED=1 (apt-get install chromium)")
-	}
-	t.Skip("chromium not found (apt-get install chromium)")
+	labtest.Lacking(t, labtest.BrowserRequired, "chromium not found (apt-get install chromium)")
 	return ""
 }
 
@@ -132,7 +130,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 	// Two peers arrive while the page is open: a requester and a hostile one.
 	a := startWith(t, nil)
-	change(t, b, a.PeerID(), api.PeerChange{Trust: "verified"})
+	change(t, b, a.PeerID(), api.PeerChange{Trust: new(api.Verified)})
 	if err := connect(a, b); err != nil {
 		t.Fatal(err)
 	}
@@ -173,10 +171,10 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range peers {
-		if want := "none"; p.ID == a.PeerID().String() && p.Access != want {
+		if want := api.AccessNone; p.ID == a.PeerID().String() && p.Access != want {
 			t.Errorf("requester access %q, want %q", p.Access, want)
 		}
-		if p.ID == rogue.ID().String() && p.Access != "deny" {
+		if p.ID == rogue.ID().String() && p.Access.String() != "deny" {
 			t.Errorf("hostile peer access %q after the click, want deny", p.Access)
 		}
 	}

@@ -77,7 +77,7 @@ func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, e
 		wrong:    map[peer.ID][]string{},
 	}
 	if d.cfg.DHT != config.DHTOff {
-		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT, Logger: d.log, Counters: d.counters})
+		dht, err := discovery.NewDHT(ctx, h, discovery.DHTConfig{Mode: d.cfg.DHT.String(), Logger: d.log, Counters: d.counters})
 		if err != nil {
 			return nil, err
 		}
@@ -603,8 +603,8 @@ func (n *Node) handleDiscovery(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		e := api.DiscoveredPeer{
-			ID: id.String(), Sources: d.sourcesOf(id, p.Sources), Addrs: p.Addrs, Trust: p.Trust.String(),
-			Access: p.Access.String(), Connected: d.h.Network().Connectedness(id) == network.Connected,
+			ID: id.String(), Sources: d.sourcesOf(id, p.Sources), Addrs: p.Addrs, Trust: p.Trust,
+			Access: p.Access, Connected: d.h.Network().Connectedness(id) == network.Connected,
 			Profiles: []string{}, LastSeen: p.LastSeen, Provider: providers[id],
 		}
 		if err := unreachable[id]; err != nil {

@@ -3,10 +3,13 @@ package node
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/discovery"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/store"
 )
@@ -37,7 +41,7 @@ func TestHintNamingAnotherPeerLeavesNothing(t *testing.T) {
 	}
 	d := a.discoverer()
 	d.hint(context.Background(), discovery.Hint{ID: other.PeerID(), Addrs: b.Host().Addrs(), Source: discovery.SourceDNSSD})
-	waitUntil(t, "the phantom's dial failed", func() bool { return d.counters.Get("dnssd/wrong_peer") == 1 })
+	labtest.WaitFor(t, 10*time.Second, "the phantom's dial failed", func() bool { return d.counters.Get("dnssd/wrong_peer") == 1 })
 	d.hint(context.Background(), discovery.Hint{ID: other.PeerID(), Addrs: b.Host().Addrs(), Source: discovery.SourceDNSSD})
 	d.wg.Wait()
 	if stored(t, a, other.PeerID()) {
@@ -48,7 +52,7 @@ func TestHintNamingAnotherPeerLeavesNothing(t *testing.T) {
 	}
 
 	d.hint(context.Background(), discovery.Hint{ID: b.PeerID(), Addrs: b.Host().Addrs(), Source: discovery.SourceDNSSD})
-	waitUntil(t, "b stored as a DNS-SD find", func() bool { return stored(t, a, b.PeerID()) })
+	labtest.WaitFor(t, 10*time.Second, "b stored as a DNS-SD find", func() bool { return stored(t, a, b.PeerID()) })
 	if got := d.sourcesOf(b.PeerID(), nil); !slices.Contains(got, "dnssd") {
 		t.Fatalf("b's sources %v, want dnssd among them", got)
 	}
@@ -120,22 +124,35 @@ func TestNATNote(t *testing.T) {
 	}
 }
 
-// A relay in allowlist mode logs the peers it refuses, at info level and
-// at most refusalBurst lines at once.
+// A relay in allowlist mode logs the peers it refuses, at info and naming
+// them, at most refusalBurst lines at once and then one per refusalEvery;
+// the next line counts what was not logged. In a synctest bubble the rate
+// limiter's clock is fake: the counts are exact, and the wait takes no time.
 func TestRelayRefusalsLogged(t *testing.T) {
-	var buf bytes.Buffer
-	acl := relayACL{newGater(config.PolicyAllowlist, nil), newRefusalLog(slog.New(slog.NewTextHandler(&buf, nil)))}
-	stranger, err := crypto.GenerateIdentity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 * refusalBurst {
-		if acl.AllowReserve(stranger.PeerID(), ma.StringCast("/ip4/11.0.0.1/tcp/4001")) {
-			t.Fatal("a peer not allowed got a reservation")
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		acl := relayACL{newGater(config.PolicyAllowlist, nil), newRefusalLog(slog.New(slog.NewTextHandler(&buf, nil)))}
+		stranger, err := crypto.GenerateIdentity()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	lines := strings.Count(buf.String(), "refused a peer that is not allowed")
-	if lines == 0 || lines > refusalBurst+1 || !strings.Contains(buf.String(), stranger.PeerID().String()) || !strings.Contains(buf.String(), "level=INFO") {
-		t.Fatalf("%d refusal lines for %d refusals, want 1..%d at info naming the peer:\n%s", lines, 3*refusalBurst, refusalBurst+1, buf.String())
-	}
+		refuse := func(n int) {
+			for range n {
+				if acl.AllowReserve(stranger.PeerID(), ma.StringCast("/ip4/11.0.0.1/tcp/4001")) {
+					t.Fatal("a peer not allowed got a reservation")
+				}
+			}
+		}
+		const msg = "refused a peer that is not allowed"
+		refuse(3 * refusalBurst)
+		if lines := strings.Count(buf.String(), msg); lines != refusalBurst || !strings.Contains(buf.String(), stranger.PeerID().String()) || !strings.Contains(buf.String(), "level=INFO") {
+			t.Fatalf("%d refusal lines for %d refusals at once, want %d at info naming the peer:\n%s", lines, 3*refusalBurst, refusalBurst, buf.String())
+		}
+		time.Sleep(refusalEvery)
+		buf.Reset()
+		refuse(2)
+		if lines := strings.Count(buf.String(), msg); lines != 1 || !strings.Contains(buf.String(), fmt.Sprintf("not_logged_since_last=%d", 2*refusalBurst)) {
+			t.Fatalf("after %v: %d lines, want one counting the %d refusals not logged:\n%s", refusalEvery, lines, 2*refusalBurst, buf.String())
+		}
+	})
 }

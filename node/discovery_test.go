@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/config"
 )
 
@@ -23,7 +24,7 @@ func TestNodesLearnCapabilitiesFromGossip(t *testing.T) {
 	if err := connect(b, a); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "b knows a's profiles from its advert", func() bool {
+	labtest.WaitFor(t, 10*time.Second, "b knows a's profiles from its advert", func() bool {
 		k, ok := b.Engine().KnownCapabilities()[a.PeerID()]
 		return ok && k.Source == "gossip" && len(k.Assertion.Profiles) == 2 &&
 			k.Assertion.Capacity.FreeSlots == uint32(config.Default().Limits.MaxRemoteConcurrent)

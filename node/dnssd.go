@@ -2,12 +2,17 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/kithmesh/kith/discovery"
+	"github.com/kithmesh/kith/internal/backoff"
+	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
 )
 
@@ -52,17 +57,16 @@ func (n *Node) resolveDNSSD(ctx context.Context, lookup dnssdLookup, domains []s
 	if interval <= 0 {
 		interval = 5 * time.Minute
 	}
-	retry = min(retry, interval)
 	type domainState struct {
-		name    string
-		next    time.Time
-		backoff time.Duration // 0 after a success
-		ok      bool          // the last lookup succeeded
+		name  string
+		next  time.Time
+		retry backoff.Backoff // reset by a success
+		ok    bool            // the last lookup succeeded
 	}
 	var states []*domainState
 	for _, d := range domains {
 		if !slices.ContainsFunc(states, func(s *domainState) bool { return s.name == d }) {
-			states = append(states, &domainState{name: d})
+			states = append(states, &domainState{name: d, retry: backoff.Backoff{Initial: retry, Max: interval}})
 		}
 	}
 	timer := time.NewTimer(0)
@@ -82,14 +86,14 @@ func (n *Node) resolveDNSSD(ctx context.Context, lookup dnssdLookup, domains []s
 				return
 			}
 			if err != nil {
-				st.backoff = min(max(2*st.backoff, retry), interval)
-				st.next = time.Now().Add(st.backoff)
+				wait := st.retry.Next()
+				st.next = time.Now().Add(wait)
 				st.ok = false
-				n.log.Warn("dnssd lookup failed", "domain", st.name, "err", err, "retry_in", st.backoff)
+				n.log.Warn("dnssd lookup failed", "domain", st.name, "err", err, "retry_in", wait)
 				continue
 			}
 			st.next = time.Now().Add(interval)
-			st.backoff = 0
+			st.retry.Reset()
 			level := n.log.Debug
 			if !st.ok {
 				level = n.log.Info // first success, or first after failures
@@ -112,4 +116,42 @@ func (n *Node) resolveDNSSD(ctx context.Context, lookup dnssdLookup, domains []s
 		}
 		timer.Reset(time.Until(next))
 	}
+}
+
+// DNSSDZone says where and how "kith dnssd records" publishes a node:
+// the domain, and optionally the instance and host names, the TTL, and
+// IPs to publish in place of the node's own.
+type DNSSDZone struct {
+	Domain   string       // e.g. "lab.example.org"; required
+	Instance string       // DNS-SD instance name; "" is kith-<last 8 of the peer ID>
+	Host     string       // host name under Domain, or absolute ending in "."; "" is as Instance
+	TTL      uint32       // seconds; 0 is 300
+	IPs      []netip.Addr // publish these in place of the node's own IPs
+}
+
+// DNSSDRecords returns, in zone-file syntax, the records that publish the
+// node info describes under z (DNS-SD PTR, SRV and TXT, A/AAAA, and one
+// _dnsaddr TXT per multiaddr), and whether every address published is
+// loopback (so no other machine could use them).
+func DNSSDRecords(info api.NodeInfo, z DNSSDZone) (lines []string, onlyLoopback bool, err error) {
+	id, err := peer.Decode(info.PeerID)
+	if err != nil {
+		return nil, false, fmt.Errorf("the daemon's peer ID %q: %w", info.PeerID, err)
+	}
+	addrs, err := discovery.PublishAddrs(id, info.Addrs, z.IPs)
+	if err != nil {
+		return nil, false, err
+	}
+	lines, err = discovery.ZoneRecords(discovery.Zone{
+		Domain: z.Domain, Instance: z.Instance, Host: z.Host, TTL: z.TTL,
+		TXT: discovery.TXT{Peer: id, Profiles: info.Profiles, Addrs: addrs},
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	onlyLoopback = len(addrs) > 0
+	for _, a := range addrs {
+		onlyLoopback = onlyLoopback && manet.IsIPLoopback(a)
+	}
+	return lines, onlyLoopback, nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -151,46 +153,56 @@ func TestRunDNSSD(t *testing.T) {
 	}
 }
 
-// A failed lookup is retried sooner than the interval, with a growing
-// wait; a node never hands itself to the sink.
+// A failed lookup is retried sooner than the interval, on the backoff
+// schedule (10s, then 20s), the interval resumes after a success, and a
+// node never hands itself to the sink. In a synctest bubble the real
+// schedule runs in fake time: the waits are exact and the test takes no
+// time.
 func TestResolveDNSSDRetries(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	self, other := testIdentity(t), testIdentity(t)
-	var mu sync.Mutex
-	calls := 0
-	lookup := func(ctx context.Context, domain string) ([]discovery.Hint, error) {
+	synctest.Test(t, func(t *testing.T) {
+		self, other := testIdentity(t), testIdentity(t)
+		start := time.Now()
+		var mu sync.Mutex
+		var calls []time.Duration // when each lookup ran, since start
+		var hints []discovery.Hint
+		lookup := func(ctx context.Context, domain string) ([]discovery.Hint, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls = append(calls, time.Since(start))
+			if len(calls) <= 2 {
+				return nil, discovery.ErrResolver
+			}
+			return []discovery.Hint{
+				{ID: self, Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/1")}, Source: discovery.SourceDNSSD},
+				{ID: other, Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/2")}, Source: discovery.SourceDNSSD},
+			}, nil
+		}
+		sink := func(_ context.Context, h discovery.Hint) {
+			mu.Lock()
+			defer mu.Unlock()
+			hints = append(hints, h)
+		}
+		n := &Node{log: slog.New(slog.DiscardHandler)}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.resolveDNSSD(ctx, lookup, []string{"lab.test", "lab.test"}, time.Hour, dnssdRetry, self, sink)
+		}()
+		time.Sleep(2*time.Hour + time.Minute)
+		cancel()
+		<-done
+
 		mu.Lock()
 		defer mu.Unlock()
-		calls++
-		if calls <= 2 {
-			return nil, discovery.ErrResolver
+		want := []time.Duration{0, 10 * time.Second, 30 * time.Second, time.Hour + 30*time.Second, 2*time.Hour + 30*time.Second}
+		if !slices.Equal(calls, want) {
+			t.Errorf("lookups at %v, want %v (a domain named twice is looked up once)", calls, want)
 		}
-		return []discovery.Hint{
-			{ID: self, Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/1")}, Source: discovery.SourceDNSSD},
-			{ID: other, Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/2")}, Source: discovery.SourceDNSSD},
-		}, nil
-	}
-	n := &Node{log: slog.New(slog.DiscardHandler)}
-	hl := newHintLog()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// An interval far longer than the test: only the retries can
-		// bring the third call.
-		n.resolveDNSSD(ctx, lookup, []string{"lab.test"}, time.Hour, time.Millisecond, self, hl.sink)
-	}()
-	hints := hl.wait(t, 1)
-	cancel()
-	<-done
-	if len(hints) != 1 || hints[0].ID != other {
-		t.Fatalf("hints %+v, want only %s", hints, other)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if calls != 3 {
-		t.Fatalf("%d lookups, want 3 (two failures, one success)", calls)
-	}
+		if len(hints) != 3 || hints[0].ID != other {
+			t.Errorf("hints %+v, want %s once per successful lookup, never %s", hints, other, self)
+		}
+	})
 }
 
 // A resolver address the config cannot mean leaves DNS-SD off without

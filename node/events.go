@@ -35,8 +35,8 @@ func (n *Node) handleAllEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		case c := <-ch:
 			b, _ := json.Marshal(api.DelegationEvent{
-				ID: c.ID.String(), Role: c.Role.String(), Seq: c.Event.Seq, At: c.Event.At,
-				Type: c.Event.Type, State: c.Event.State.String(), Terminal: c.Event.State.Terminal(),
+				ID: c.ID.String(), Role: c.Role, Seq: c.Event.Seq, At: c.Event.At,
+				Type: c.Event.Type, State: c.Event.State, Terminal: c.Event.State.Terminal(),
 			})
 			fmt.Fprintf(w, "data: %s\n\n", b)
 			if len(ch) == cap(ch) {

@@ -27,7 +27,7 @@ type gater struct {
 	access map[peer.ID]store.Access
 }
 
-func newGater(mode string, peers []store.Peer) *gater {
+func newGater(mode config.PolicyMode, peers []store.Peer) *gater {
 	g := &gater{access: make(map[peer.ID]store.Access)}
 	g.allowlist.Store(mode == config.PolicyAllowlist)
 	for _, p := range peers {

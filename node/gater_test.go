@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/delegation"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
@@ -72,28 +73,17 @@ func connected(a, b *Node) bool {
 	return a.Host().Network().Connectedness(b.PeerID()) == network.Connected
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestDenyClosesAndRefuses(t *testing.T) {
 	a, b := startWith(t, nil), startWith(t, nil)
 	if err := connect(a, b); err != nil {
 		t.Fatal(err)
 	}
-	change(t, b, a.PeerID(), api.PeerChange{Access: "deny"})
+	change(t, b, a.PeerID(), api.PeerChange{Access: new(api.AccessDeny)})
 	// The live connection is closed at once, on both ends.
-	waitUntil(t, "the denied peer's connection is closed", func() bool { return !connected(a, b) && !connected(b, a) })
+	labtest.WaitFor(t, 10*time.Second, "the denied peer's connection is closed", func() bool { return !connected(a, b) && !connected(b, a) })
 	// And it cannot come back: not by accept, not by dial.
 	if err := connect(a, b); err == nil {
-		waitUntil(t, "B drops A's new connection", func() bool { return !connected(a, b) })
+		labtest.WaitFor(t, 10*time.Second, "B drops A's new connection", func() bool { return !connected(a, b) })
 	}
 	if connected(b, a) {
 		t.Fatal("B holds a connection from a denied peer")
@@ -114,26 +104,26 @@ func TestAllowlistMode(t *testing.T) {
 	b := startWith(t, func(c *config.Config) { c.Policy.Mode = config.PolicyAllowlist })
 	a := startWith(t, nil)
 	if err := connect(a, b); err == nil {
-		waitUntil(t, "B drops an unknown peer", func() bool { return !connected(a, b) })
+		labtest.WaitFor(t, 10*time.Second, "B drops an unknown peer", func() bool { return !connected(a, b) })
 	}
 	if connected(b, a) {
 		t.Fatal("allowlist node kept a connection from an unknown peer")
 	}
-	change(t, b, a.PeerID(), api.PeerChange{Access: "allow"})
+	change(t, b, a.PeerID(), api.PeerChange{Access: new(api.AccessAllow)})
 	if err := connect(a, b); err != nil {
 		t.Fatalf("allowed peer refused: %v", err)
 	}
-	waitUntil(t, "B sees the allowed peer", func() bool { return connected(b, a) })
+	labtest.WaitFor(t, 10*time.Second, "B sees the allowed peer", func() bool { return connected(b, a) })
 	// Taking the allowance back disconnects it.
 	change(t, b, a.PeerID(), api.PeerChange{Remove: true})
-	waitUntil(t, "the forgotten peer is disconnected", func() bool { return !connected(b, a) })
+	labtest.WaitFor(t, 10*time.Second, "the forgotten peer is disconnected", func() bool { return !connected(b, a) })
 }
 
 func TestMalformedPeerIDChangesNothing(t *testing.T) {
 	n := startWith(t, nil)
 	c := api.NewClient(n.SocketPath())
 	defer c.Close()
-	err := c.ChangePeer(context.Background(), "not-a-peer", api.PeerChange{Access: "deny"})
+	err := c.ChangePeer(context.Background(), "not-a-peer", api.PeerChange{Access: new(api.AccessDeny)})
 	if err == nil || !strings.Contains(err.Error(), "not a peer ID") {
 		t.Fatalf("got %v", err)
 	}
@@ -146,7 +136,7 @@ func TestMalformedPeerIDChangesNothing(t *testing.T) {
 // not_allowed, and serves it once trusted.
 func TestTrustPolicyOnRealHosts(t *testing.T) {
 	b := startWith(t, func(c *config.Config) {
-		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: "verified"})
+		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: config.TrustVerified})
 	})
 	a := startWith(t, nil)
 	if err := connect(a, b); err != nil {
@@ -169,7 +159,7 @@ func TestTrustPolicyOnRealHosts(t *testing.T) {
 	if state, reason := run(); state != "rejected" || !strings.HasPrefix(reason, "not_allowed") {
 		t.Fatalf("untrusted: %s %q, want rejected not_allowed", state, reason)
 	}
-	change(t, b, a.PeerID(), api.PeerChange{Trust: "verified"})
+	change(t, b, a.PeerID(), api.PeerChange{Trust: new(api.Verified)})
 	if state, reason := run(); state != "completed" {
 		t.Fatalf("verified: %s %q", state, reason)
 	}

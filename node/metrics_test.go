@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/kithmesh/kith/delegation"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
@@ -80,7 +81,7 @@ func series(t *testing.T, body []byte) map[string]float64 {
 func TestMetricsMoveWithEvents(t *testing.T) {
 	b := startWith(t, func(c *config.Config) {
 		c.API.Listen = "127.0.0.1:0"
-		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: "verified"})
+		c.Profiles = append(c.Profiles, config.Profile{Name: "gpu", Executor: config.ExecutorEcho, MinTrust: config.TrustVerified})
 	})
 	a := startWith(t, nil)
 	denied := startWith(t, nil)
@@ -120,9 +121,9 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	_, _ = io.ReadAll(s)
 
 	// A denied peer knocks.
-	change(t, b, denied.PeerID(), api.PeerChange{Access: "deny"})
+	change(t, b, denied.PeerID(), api.PeerChange{Access: new(api.AccessDeny)})
 	if err := connect(denied, b); err == nil {
-		waitUntil(t, "B drops the denied peer", func() bool { return !connected(denied, b) })
+		labtest.WaitFor(t, 10*time.Second, "B drops the denied peer", func() bool { return !connected(denied, b) })
 	}
 
 	want := map[string]func(float64) bool{
@@ -137,7 +138,7 @@ func TestMetricsMoveWithEvents(t *testing.T) {
 	}
 	var got map[string]float64
 	var body []byte
-	waitUntil(t, "the series moved", func() bool {
+	labtest.WaitFor(t, 10*time.Second, "the series moved", func() bool {
 		body = scrape(t, b)
 		got = series(t, body)
 		for k, ok := range want {
@@ -171,13 +172,7 @@ func atLeast(v float64) func(float64) bool { return func(x float64) bool { retur
 // a skip proves nothing and fails.
 func promtoolCheck(t *testing.T, body []byte) {
 	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("KITH_PROMTOOL_REQUIRED") == "1" {
-			t.Fatal("promtool not found and KITH_PROMTOOL_REQUIRED=1 (apt-get install prometheus)")
-		}
-		t.Skip("promtool not found (apt-get install prometheus); the series were checked, the lint was not")
-	}
+	path := labtest.Tool(t, labtest.PromtoolRequired, "promtool", "prometheus")
 	cmd := exec.Command(path, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {

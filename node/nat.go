@@ -117,7 +117,7 @@ func (n *Node) natOptions(gate *gater) []libp2p.Option {
 // against one party filling the relay; in allowlist mode every holder is
 // a peer the owner allowed by name, and a home lab has more than 8
 // machines behind one address, so there only the total counts.
-func relayResources(c config.NAT, policyMode string) relayv2.Resources {
+func relayResources(c config.NAT, policyMode config.PolicyMode) relayv2.Resources {
 	r := relayv2.DefaultResources()
 	r.MaxReservations = c.RelayMaxReservations
 	r.MaxCircuits = c.RelayMaxCircuits

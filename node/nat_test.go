@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/store"
@@ -74,13 +75,13 @@ func TestRelayAllowlist(t *testing.T) {
 	})
 	info := peer.AddrInfo{ID: relay.PeerID(), Addrs: relay.Host().Addrs()}
 	allowed, friend, stranger := plainHost(t), plainHost(t), plainHost(t)
-	change(t, relay, allowed.ID(), api.PeerChange{Access: "allow"})
-	change(t, relay, friend.ID(), api.PeerChange{Access: "allow"})
+	change(t, relay, allowed.ID(), api.PeerChange{Access: new(api.AccessAllow)})
+	change(t, relay, friend.ID(), api.PeerChange{Access: new(api.AccessAllow)})
 
 	// The relay service starts once the host has taken in its (declared)
 	// public reachability: retry until it answers.
 	var err error
-	waitUntil(t, "the relay grants the allowed peer a reservation", func() bool {
+	labtest.WaitFor(t, 10*time.Second, "the relay grants the allowed peer a reservation", func() bool {
 		err = reserve(allowed, info)
 		return err == nil
 	})
@@ -201,7 +202,7 @@ func TestStaticRelayReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs.Reachability != "public" || !rs.RelayService || rs.RelayPolicy != config.PolicyOpen {
+	if rs.Reachability != "public" || !rs.RelayService || rs.RelayPolicy != config.PolicyOpen.String() {
 		t.Fatalf("relay status %+v", rs)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	manet "github.com/multiformats/go-multiaddr/net"
 	msmux "github.com/multiformats/go-multistream"
+
+	"github.com/kithmesh/kith/internal/backoff"
 )
 
 // A hole punch offers the addresses the node knows as its public ones,
@@ -70,20 +72,18 @@ func (n *Node) learnAddrs(ctx context.Context, h host.Host) {
 		case <-time.After(time.Second):
 		}
 	}
-	retry := learnRetry
+	// A network that blocks a transport blocks it for long: ask less and
+	// less often, up to learnEvery.
+	retry := backoff.Backoff{Initial: learnRetry, Max: learnEvery}
 	for {
 		wait := learnEvery
 		if !n.learnOnce(ctx, h, relays) {
-			// A network that blocks a transport blocks it for long: ask
-			// less and less often.
-			wait, retry = retry, min(2*retry, learnEvery)
+			wait = retry.Next()
 		} else {
-			retry = learnRetry
+			retry.Reset()
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait) {
 			return
-		case <-time.After(wait):
 		}
 	}
 }

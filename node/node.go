@@ -30,6 +30,7 @@ import (
 	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/delegation/executor"
 	"github.com/kithmesh/kith/gpu"
+	"github.com/kithmesh/kith/internal/backoff"
 	"github.com/kithmesh/kith/node/config"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
@@ -279,7 +280,7 @@ func (n *Node) build() (_ *built, err error) {
 		Latency:  b.h.Peerstore().LatencyEWMA,
 		Profiles: profs, Trace: n.opts.Trace, Logger: n.opts.Logger, Registerer: n.metrics.reg,
 		NoReoffer:           !n.cfg.GPU.ReofferPreempted,
-		QueryTrust:          n.cfg.Policy.QueryTrustLevel(),
+		QueryTrust:          n.cfg.Policy.QueryTrust.Level(),
 		OffersPerSecond:     n.cfg.Limits.OffersPerSecond,
 		OfferBurst:          n.cfg.Limits.OfferBurst,
 		QueriesPerSecond:    n.cfg.Limits.QueriesPerSecond,
@@ -523,7 +524,9 @@ func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) 
 			n.log.Warn("static peer", "addr", a, "err", err)
 		}
 	}
-	backoff := time.Second
+	// Peers that failed are redialled on a growing schedule; once all are
+	// connected, the list is checked again every staticRecheck.
+	bo := backoff.Backoff{Initial: time.Second, Max: staticRecheck}
 	for {
 		peers, _ := st.ListPeers()
 		missing := 0
@@ -552,17 +555,19 @@ func (n *Node) connectStatic(ctx context.Context, h host.Host, st *store.Store) 
 			}
 			cancel()
 		}
-		if missing == 0 {
-			backoff = 30 * time.Second
+		wait := staticRecheck
+		if missing > 0 {
+			wait = bo.Next()
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
+
+// staticRecheck is how often connectStatic looks for stored peers that are
+// not connected, and the longest wait between two dials of one that fails.
+const staticRecheck = 30 * time.Second
 
 // ConnectNow dials a peer right away (after kith peers add).
 func (n *Node) connectNow(ai peer.AddrInfo) {

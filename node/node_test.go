@@ -58,7 +58,7 @@ func TestRunStopsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := c.Delegation(ctx, id)
-	if err != nil || d.State != "completed" || d.Output != "in-process" || d.Remote || last.State != "completed" {
+	if err != nil || d.State.String() != "completed" || d.Output != "in-process" || d.Remote || last.State.String() != "completed" {
 		t.Fatalf("delegation %+v last event %+v err %v", d, last, err)
 	}
 	c.Close()

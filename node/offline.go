@@ -2,14 +2,11 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/config"
-	"github.com/kithmesh/kith/protocol"
-	"github.com/kithmesh/kith/store"
 )
 
 // Offline answers, for a home whose daemon is not running, the API
@@ -48,21 +45,7 @@ func (o *Offline) ChangePeer(_ context.Context, id string, ch api.PeerChange) er
 	if err != nil {
 		return err
 	}
-	pc := PeerChange{Peer: p, Remove: ch.Remove, Origin: ch.Origin + " (daemon stopped)"}
-	if ch.Trust != "" {
-		t, err := protocol.ParseTrustLevel(ch.Trust)
-		if err != nil {
-			return fmt.Errorf("trust level %q: want untrusted, verified or trusted", ch.Trust)
-		}
-		pc.Trust = &t
-	}
-	if ch.Access != "" {
-		a, err := store.ParseAccess(ch.Access)
-		if err != nil {
-			return fmt.Errorf("access %q: want none, allow or deny", ch.Access)
-		}
-		pc.Access = &a
-	}
+	pc := PeerChange{Peer: p, Trust: ch.Trust, Access: ch.Access, Remove: ch.Remove, Origin: ch.Origin + " (daemon stopped)"}
 	return pc.ApplyOffline(o.home, o.cfg)
 }
 

@@ -148,21 +148,10 @@ func (n *Node) handlePeerChange(w http.ResponseWriter, r *http.Request) {
 	if req.Origin != "" {
 		c.Origin = req.Origin
 	}
+	// The body decoded the levels themselves (a bad name is a 400 there).
+	c.Trust, c.Access = req.Trust, req.Access
 	switch {
-	case req.Trust != "":
-		t, err := protocol.ParseTrustLevel(req.Trust)
-		if err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("trust level %q: want untrusted, verified or trusted", req.Trust))
-			return
-		}
-		c.Trust = &t
-	case req.Access != "":
-		a, err := store.ParseAccess(req.Access)
-		if err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("access %q: want none, allow or deny", req.Access))
-			return
-		}
-		c.Access = &a
+	case req.Trust != nil, req.Access != nil:
 	case !req.Remove:
 		writeErr(w, http.StatusBadRequest, errors.New("say trust, access or remove"))
 		return

@@ -86,7 +86,7 @@ func (n *Node) Reload() (ReloadReport, error) {
 		// one dropped while the node was stopped does.
 	}
 	if slices.Contains(rep.Applied, "log_level") && n.opts.LogLevel != nil {
-		n.opts.LogLevel.Set(cfg.SlogLevel())
+		n.opts.LogLevel.Set(cfg.LogLevel.Slog())
 	}
 	// What needs a restart is not applied: the next reload compares
 	// against what runs, so it names those keys again.

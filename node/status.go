@@ -49,7 +49,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Peers:            []api.ConnectedPeer{},
 	}
 	if st.RelayService {
-		st.RelayPolicy = n.cfg.Policy.Mode
+		st.RelayPolicy = n.cfg.Policy.Mode.String()
 	}
 	st.NATNote = natNote(nat, h.Network().ListenAddresses())
 	for _, a := range h.Network().ListenAddresses() {

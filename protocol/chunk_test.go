@@ -214,3 +214,26 @@ func TestJoinBudgetBoundsAllJoins(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Conn encodes chunk frames by hand, in place; they must be what
+// proto.Marshal gives for the same Chunk.
+func TestChunkEncodingMatchesProto(t *testing.T) {
+	data := bytes.Repeat([]byte{7}, ChunkSize)
+	for _, total := range []uint64{0, 3 * ChunkSize, 1<<64 - 1} {
+		var got []byte
+		c := &Conn{fw: NewFrameWriter(nil, 0), seal: func(dst, pt []byte) ([]byte, error) {
+			got = bytes.Clone(pt)
+			return dst, nil
+		}}
+		if err := c.queueChunk(total, data); err != nil {
+			t.Fatal(err)
+		}
+		want, err := marshal(&pb.Message{Body: &pb.Message_Chunk{Chunk: &pb.Chunk{TotalSize: total, Data: data}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("total %d: hand-encoded chunk differs from proto.Marshal", total)
+		}
+	}
+}

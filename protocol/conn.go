@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"golang.org/x/sync/semaphore"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol/pb"
@@ -41,6 +43,11 @@ type ConnOptions struct {
 	TTL        time.Duration // envelope header lifetime (opener); crypto.DefaultEnvelopeTTL if 0
 	MaxSkew    time.Duration // crypto.DefaultMaxSkew if 0
 	Now        func() time.Time
+	// Version is the highest protocol version this side speaks on the
+	// envelope; the newest (the last of Supported) if zero. Below 1.2 it
+	// neither offers nor takes envelope sessions: on the wire it is a 1.1
+	// node (mixed-version tests use it).
+	Version Version
 }
 
 func (o ConnOptions) ioTimeout() time.Duration {
@@ -48,6 +55,11 @@ func (o ConnOptions) ioTimeout() time.Duration {
 		return DefaultIOTimeout
 	}
 	return o.IOTimeout
+}
+
+// sessions reports whether this side speaks envelope sessions (1.2).
+func (o ConnOptions) sessions() bool {
+	return o.Version == (Version{}) || !o.Version.Less(Version{1, 2})
 }
 
 // Conn is one sealed stream: a clear-text Hello, then sealed frames, each
@@ -60,10 +72,29 @@ type Conn struct {
 	opts   ConnOptions
 	header crypto.Header
 
-	wmu  sync.Mutex
-	wbuf []byte
+	// Opener only: what a restart of the envelope needs (see restart).
+	id     *crypto.Identity
+	remote peer.ID
+	typ    MessageType
+	ini    *crypto.Initiator
+	// settled: the responder's first sealed frame has come, so no
+	// control frame may follow. Read and written by the receiving
+	// goroutine only.
+	settled  bool
+	restarts int
+
+	wmu sync.Mutex
+	// out holds frames sealed but not yet written: a message followed by
+	// more (the Hello by the first message, Queue by Send) goes out in
+	// one Write.
+	out  []byte
 	seal func(dst, plaintext []byte) ([]byte, error)
 	open func([]byte) ([]byte, error)
+	// unconfirmed are the messages sent on a session stream before the
+	// responder's first frame: if it rejects the session they are sent
+	// again after a full setup. nil once the responder has answered.
+	unconfirmed [][]byte
+	confirmed   bool
 }
 
 // Dial opens the sealed stream from id to remote over s and sends first as
@@ -78,26 +109,82 @@ func Dial(s Stream, id *crypto.Identity, remote peer.ID, first Message, opts Con
 
 // DialEncoded is Dial with the first message already encoded (a stored
 // offer, resent byte for byte so that its hash stays the same).
+//
+// The Hello and the first message go out in one Write. Toward a peer this
+// identity holds an envelope session with (protocol 1.2), the stream runs
+// in it; otherwise it is set up in full and, where the first message gets
+// an answer, offers a session for later streams.
 func DialEncoded(s Stream, id *crypto.Identity, remote peer.ID, typ MessageType, first []byte, opts ConnOptions) (*Conn, error) {
-	ini, hello, err := crypto.Dial(id, remote, crypto.DialParams{Type: uint32(typ), TTL: opts.TTL, Now: opts.Now})
-	if err != nil {
+	c := newConn(s, opts)
+	c.id, c.remote, c.typ = id, remote, typ
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.start(); err != nil {
 		return nil, err
 	}
-	c := newConn(s, opts)
-	c.header = ini.Header()
-	c.seal, c.open = ini.AppendSeal, ini.Open
-	if err := WriteFrameDeadline(c.fw, s, opts.ioTimeout(), hello); err != nil {
-		return nil, fmt.Errorf("protocol: send hello: %w", err)
+	if err := c.queue(first); err != nil {
+		return nil, err
 	}
-	if err := c.SendEncoded(first); err != nil {
+	if err := c.flush(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
+// answered reports whether a stream opened with a message of type t
+// carries an answer back. Only such a stream may use or offer a session:
+// the answer is where the responder acks an offer or rejects a stale
+// session.
+func answered(t MessageType) bool { return t != TypeDelegationCancel }
+
+// start sets up the opener's envelope and queues the Hello; c.wmu is held.
+func (c *Conn) start() error {
+	ini, hello, err := crypto.Dial(c.id, c.remote, crypto.DialParams{
+		Type: uint32(c.typ), TTL: c.opts.TTL, Now: c.opts.Now,
+		Session: c.opts.sessions() && answered(c.typ),
+	})
+	if err != nil {
+		return err
+	}
+	c.ini, c.header = ini, ini.Header()
+	c.seal, c.open = ini.AppendSeal, ini.OpenInPlace
+	c.confirmed = !ini.InSession()
+	c.out = binary.AppendUvarint(c.out, uint64(len(hello)))
+	c.out = append(c.out, hello...)
+	return nil
+}
+
+// restart sets the stream up again in full after the responder rejected
+// its session, and sends again what it had sent in the session; the
+// responder skips the frames it could not open and waits for this Hello.
+func (c *Conn) restart() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.restarts++
+	if c.restarts > 1 {
+		return fmt.Errorf("protocol: %w twice on one stream", crypto.ErrSessionRejected)
+	}
+	again := c.unconfirmed
+	c.unconfirmed = nil
+	if err := c.start(); err != nil {
+		return err
+	}
+	for _, b := range again {
+		if err := c.queue(b); err != nil {
+			return err
+		}
+	}
+	return c.flush()
+}
+
 // Accept reads the Hello and the first message of a stream that remote
 // opened, checking the envelope (crypto.Accept) before decrypting anything.
 // It returns the first message and its exact plaintext bytes.
+//
+// A stream in an envelope session this node does not hold (it restarted,
+// or the session expired) is answered with a reject frame; the opener then
+// sets the stream up in full on the same byte stream, and Accept goes on
+// with that.
 func Accept(s Stream, id *crypto.Identity, remote peer.ID, replay crypto.ReplayCache, opts ConnOptions) (*Conn, Message, []byte, error) {
 	c := newConn(s, opts)
 	// The Hello is read with its own small cap: nothing is decrypted, and
@@ -106,12 +193,27 @@ func Accept(s Stream, id *crypto.Identity, remote peer.ID, replay crypto.ReplayC
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("protocol: read hello: %w", err)
 	}
-	res, err := crypto.Accept(id, hello, crypto.AcceptParams{Remote: remote, Replay: replay, MaxSkew: opts.MaxSkew, Now: opts.Now})
+	params := crypto.AcceptParams{Remote: remote, Replay: replay, MaxSkew: opts.MaxSkew, Now: opts.Now, Sessions: opts.sessions()}
+	res, err := crypto.Accept(id, hello, params)
+	if errors.Is(err, crypto.ErrSessionUnknown) {
+		if hello, err = c.rejectSession(); err != nil {
+			return nil, nil, nil, err
+		}
+		if res, err = crypto.Accept(id, hello, params); err == nil && res.Header().Version != crypto.EnvelopeVersion {
+			err = fmt.Errorf("%w: a session stream again after the reject", crypto.ErrSessionUnknown)
+		}
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	c.header = res.Header()
-	c.seal, c.open = res.AppendSeal, res.Open
+	c.seal, c.open = res.AppendSeal, res.OpenInPlace
+	c.confirmed = true
+	if ack := res.Ack(); ack != nil {
+		// Goes out in front of the first reply, in the same Write.
+		c.out = binary.AppendUvarint(c.out, uint64(len(ack)))
+		c.out = append(c.out, ack...)
+	}
 	first, raw, err := c.RecvRaw(opts.ioTimeout())
 	if err != nil {
 		return nil, nil, nil, err
@@ -120,6 +222,58 @@ func Accept(s Stream, id *crypto.Identity, remote peer.ID, replay crypto.ReplayC
 		return nil, nil, nil, fmt.Errorf("%w: header says %d, got %s", ErrTypeMismatch, c.header.Type, first.Type())
 	}
 	return c, first, raw, nil
+}
+
+// maxRejectedFrames bounds the sealed frames a responder skips after a
+// reject: the largest message the opener may have sent in the session,
+// in chunks, and a frame to spare.
+const maxRejectedFrames = MaxMessage/ChunkSize + 2
+
+// rejectSession answers a stream whose session this node does not hold,
+// skips the sealed frames the opener sent in it, and returns the Hello of
+// the full setup that follows.
+func (c *Conn) rejectSession() ([]byte, error) {
+	reject := crypto.RejectFrame()
+	frame := binary.AppendUvarint(nil, uint64(len(reject)))
+	if err := c.write(append(frame, reject...)); err != nil {
+		return nil, fmt.Errorf("protocol: send session reject: %w", err)
+	}
+	// What the opener may have sent in the session: its messages, in
+	// chunks of at most ChunkSize plus their encoding and sealing.
+	budget := uint64(MaxMessage + maxRejectedFrames*(crypto.FrameOverhead+32))
+	for range maxRejectedFrames {
+		if err := c.s.SetReadDeadline(time.Now().Add(c.opts.ioTimeout())); err != nil {
+			return nil, fmt.Errorf("protocol: set read deadline: %w", err)
+		}
+		n, err := c.fr.readLength()
+		if err != nil {
+			return nil, fmt.Errorf("protocol: read after session reject: %w", err)
+		}
+		if n > uint64(c.fr.Max()) {
+			return nil, fmt.Errorf("%w: %d bytes declared, cap %d", ErrFrameTooLarge, n, c.fr.Max())
+		}
+		if n > budget {
+			return nil, fmt.Errorf("%w: more than a message's worth of frames after a session reject", ErrPayloadTooLarge)
+		}
+		budget -= n
+		if n > crypto.MaxHelloSize {
+			if _, err := io.CopyN(io.Discard, c.s, int64(n)); err != nil {
+				return nil, fmt.Errorf("protocol: skip rejected frame: %w", err)
+			}
+			continue
+		}
+		b, err := c.fr.readBody(int(n))
+		if err != nil {
+			return nil, fmt.Errorf("protocol: read after session reject: %w", err)
+		}
+		// A sealed frame starts with its sequence number, whose first
+		// byte is 0 for any stream shorter than 2^56 frames; a Hello
+		// starts with the tag of its header field.
+		if len(b) > 0 && b[0] != 0 {
+			return b, nil
+		}
+	}
+	return nil, invalid("hello", "no full setup within %d frames of a session reject", maxRejectedFrames)
 }
 
 func newConn(s Stream, opts ConnOptions) *Conn {
@@ -137,7 +291,16 @@ func (c *Conn) IOTimeout() time.Duration { return c.opts.ioTimeout() }
 // Header is the stream's verified envelope header.
 func (c *Conn) Header() crypto.Header { return c.header }
 
-// Send seals and writes one message, bounded by the I/O timeout.
+// InSession reports whether the stream runs in an envelope session (the
+// opener's view; protocol 1.2).
+func (c *Conn) InSession() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.ini != nil && c.ini.InSession()
+}
+
+// Send seals and writes one message, bounded by the I/O timeout, together
+// with anything queued before it in one Write.
 func (c *Conn) Send(m Message) error {
 	b, err := EncodeMessage(m)
 	if err != nil {
@@ -152,49 +315,158 @@ func (c *Conn) Send(m Message) error {
 func (c *Conn) SendEncoded(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if err := c.queue(b); err != nil {
+		return err
+	}
+	return c.flush()
+}
+
+// Queue seals m behind what is already queued without writing it: the
+// next Send or Flush writes them all in one Write. Use it for a message
+// that is followed at once by another (an accept by the first status), so
+// the two cost one muxer frame. A queue that grows past flushSize is
+// written out anyway.
+func (c *Conn) Queue(m Message) error {
+	b, err := EncodeMessage(m)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.queue(b)
+}
+
+// QueueEncoded is Queue for an already encoded message.
+func (c *Conn) QueueEncoded(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.queue(b)
+}
+
+// Flush writes whatever Queue left unwritten.
+func (c *Conn) Flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.flush()
+}
+
+// flushSize is how much queue writes at once: large chunked messages go
+// out a chunk per Write, small messages share one.
+const flushSize = 64 << 10
+
+// queue seals b into c.out, chunking it when large; c.wmu is held.
+func (c *Conn) queue(b []byte) error {
+	if !c.confirmed {
+		c.unconfirmed = append(c.unconfirmed, b)
+	}
 	if len(b) <= ChunkSize {
-		return c.sendFrame(b)
+		if err := c.queueFrame(b); err != nil {
+			return err
+		}
+		if len(c.out) >= flushSize {
+			return c.flush()
+		}
+		return nil
 	}
 	if len(b) > MaxMessage {
 		return fmt.Errorf("%w: %d-byte message, limit %d", ErrPayloadTooLarge, len(b), MaxMessage)
 	}
+	// One chunk per Write, each sealed in place in a buffer kept for the
+	// whole message and dropped after it.
+	defer func() { c.out = nil }()
 	for off := 0; off < len(b); off += ChunkSize {
-		ch := &pb.Chunk{Data: b[off:min(off+ChunkSize, len(b))]}
+		var total uint64
 		if off == 0 {
-			ch.TotalSize = uint64(len(b))
+			total = uint64(len(b))
 		}
-		f, err := marshal(&pb.Message{Body: &pb.Message_Chunk{Chunk: ch}})
-		if err != nil {
+		if err := c.queueChunk(total, b[off:min(off+ChunkSize, len(b))]); err != nil {
 			return err
 		}
-		if err := c.sendFrame(f); err != nil {
+		if err := c.write(c.out); err != nil {
 			return err
 		}
+		c.out = c.out[:0]
 	}
 	return nil
 }
 
-// sendFrame seals b into one frame and writes it; c.wmu is held.
-func (c *Conn) sendFrame(b []byte) error {
+// messageChunkField is the field number of Message.chunk (kith.proto).
+const messageChunkField = 9
+
+// queueChunk seals the frame of Message{chunk: {total_size, data}} at the
+// end of c.out. The plaintext is encoded straight into the buffer, where
+// the ciphertext goes, and sealed there: one copy of data, no other
+// allocation. total is 0 on all but the first chunk; the encoding is the
+// one proto.Marshal gives (TestChunkEncodingMatchesProto).
+func (c *Conn) queueChunk(total uint64, data []byte) error {
+	inner := protowire.SizeTag(2) + protowire.SizeBytes(len(data))
+	if total != 0 {
+		inner += protowire.SizeTag(1) + protowire.SizeVarint(total)
+	}
+	ptLen := protowire.SizeTag(messageChunkField) + protowire.SizeBytes(inner)
+	n := ptLen + crypto.FrameOverhead
+	if n > c.fw.Max() {
+		return fmt.Errorf("%w: %d-byte chunk seals to %d bytes, cap %d", ErrFrameTooLarge, len(data), n, c.fw.Max())
+	}
+	c.out = binary.AppendUvarint(c.out, uint64(n))
+	base := len(c.out)
+	c.out = slices.Grow(c.out, n)
+	// crypto's AppendSeal writes the 8-byte sequence number at base and
+	// may take its plaintext exactly where the ciphertext goes, after it.
+	pt := c.out[base+8 : base+8]
+	pt = protowire.AppendTag(pt, messageChunkField, protowire.BytesType)
+	pt = protowire.AppendVarint(pt, uint64(inner))
+	if total != 0 {
+		pt = protowire.AppendTag(pt, 1, protowire.VarintType)
+		pt = protowire.AppendVarint(pt, total)
+	}
+	pt = protowire.AppendTag(pt, 2, protowire.BytesType)
+	pt = protowire.AppendVarint(pt, uint64(len(data)))
+	pt = append(pt, data...)
+	out, err := c.seal(c.out[:base], pt)
+	if err != nil {
+		return err
+	}
+	c.out = out
+	return nil
+}
+
+// queueFrame seals b into one frame at the end of c.out.
+func (c *Conn) queueFrame(b []byte) error {
 	// The frame (length prefix, sequence number, ciphertext) is sealed
-	// straight into one buffer and written with one Write: no extra copy of
-	// a large message, and a muxer sends it as one data frame.
+	// straight into the write buffer: no extra copy of a large message.
 	n := len(b) + crypto.FrameOverhead
 	if n > c.fw.Max() {
 		return fmt.Errorf("%w: %d-byte message seals to %d bytes, cap %d", ErrFrameTooLarge, len(b), n, c.fw.Max())
 	}
-	frame := binary.AppendUvarint(c.wbuf[:0], uint64(n))
-	frame, err := c.seal(frame, b)
+	out := binary.AppendUvarint(c.out, uint64(n))
+	out, err := c.seal(out, b)
 	if err != nil {
 		return err
 	}
-	if cap(frame) <= 64<<10 {
-		c.wbuf = frame[:0] // reuse small buffers; do not pin large ones
+	c.out = out
+	return nil
+}
+
+// flush writes c.out in one Write; c.wmu is held.
+func (c *Conn) flush() error {
+	if len(c.out) == 0 {
+		return nil
 	}
+	err := c.write(c.out)
+	if cap(c.out) <= flushSize {
+		c.out = c.out[:0] // reuse small buffers
+	} else {
+		c.out = nil // do not pin a large one for the stream's life
+	}
+	return err
+}
+
+func (c *Conn) write(b []byte) error {
 	if err := c.s.SetWriteDeadline(time.Now().Add(c.opts.ioTimeout())); err != nil {
 		return fmt.Errorf("protocol: set write deadline: %w", err)
 	}
-	_, err = c.s.Write(frame)
+	_, err := c.s.Write(b)
 	return err
 }
 
@@ -236,11 +508,33 @@ func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
 }
 
 func (c *Conn) recvFrame(timeout time.Duration) ([]byte, error) {
-	f, err := ReadFrameDeadline(c.fr, c.s, timeout)
-	if err != nil {
-		return nil, err
+	for {
+		f, err := ReadFrameDeadline(c.fr, c.s, timeout)
+		if err != nil {
+			return nil, err
+		}
+		if c.ini == nil || c.settled {
+			return c.open(f)
+		}
+		// The opener's first frames back: a session ack or reject may
+		// come, in the clear, before the first sealed frame.
+		if crypto.IsControlFrame(f) {
+			err := c.ini.Control(f)
+			if errors.Is(err, crypto.ErrSessionRejected) {
+				err = c.restart()
+			}
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c.ini.Settle()
+		c.settled = true
+		c.wmu.Lock()
+		c.confirmed, c.unconfirmed = true, nil
+		c.wmu.Unlock()
+		return c.open(f)
 	}
-	return c.open(f)
 }
 
 // joinBudget bounds the bytes that all the chunked messages being joined in

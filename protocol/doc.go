@@ -59,6 +59,100 @@
 //	| ...                                                            |
 //	| len | seq | AES-GCM(Chunk{data: bytes[k MiB:N]})                |
 //
+// # Envelope sessions (1.2)
+//
+// A full setup (three X25519, an Ed25519 signature and its verification)
+// was a quarter of a delegation's CPU. A 1.2 opener keeps the outcome of
+// one setup per peer and opens later streams to that peer inside it, with
+// no public-key operation:
+//
+//	setup stream   Hello{header v1 {..., enc, session_offer: true}, signature}
+//	               -> responder checks it as any setup, keeps the session
+//	               <- uvarint 16 | ack (clear)   in the same Write as its first reply
+//	               <- sealed frames as on any setup stream
+//	session stream Hello{header v2 {version 2, type, sender, recipient,
+//	                     message_id (fresh), issued_at, expires_at,
+//	                     session_id (the setup's message_id), stream_seq n},
+//	                     mac = HMAC-SHA256(helloKey, header)}
+//	               -> responder: parties, session, mac, times, n unseen
+//	               <- sealed frames under keys derived for this stream
+//	stale session  <- uvarint 1 | 0x01 (reject, clear); the opener sets the
+//	               same stream up in full and sends its messages again; the
+//	               responder skips the sealed frames it could not open
+//
+//	S        = setup context.Export("kith session v1", 32)
+//	helloKey = HKDF-Expand(S, "kith session hello key v1", 32)
+//	ack      = HKDF-Expand(S, "kith session ack v1", 16)
+//	k        = HKDF-Expand(S, "kith session stream v1 " || header bytes, 64)
+//	k[0:32] opener->responder, k[32:64] responder->opener (AES-256-GCM,
+//	nonce = the direction's frame sequence, AAD = header bytes)
+//
+// Control frames (ack, reject) are shorter than crypto.FrameOverhead, so
+// none can be taken for a sealed frame; the opener accepts them only before
+// the responder's first sealed frame, an ack only when it offered, a reject
+// only on a session stream and once per stream. A cancel stream, which gets
+// no answer, neither offers nor uses a session: only an answer can confirm
+// or reject one.
+//
+// Why this keeps every guarantee of the per-stream envelope:
+//
+//   - Who holds S. A session is created only from a setup stream that
+//     passed every check of a setup (recipient, sender is the remote peer,
+//     signature, times, the durable replay cache), and only when its signed
+//     header asks for one. S is an HPKE exporter output of that context:
+//     known to the sender and to the holder of the recipient's key, no one
+//     else, and independent of the setup stream's own frame keys.
+//   - Sender binding. The responder files a session under (the sender's
+//     peer ID, the setup's message ID) and looks a session stream up under
+//     the libp2p remote peer of the stream, whose header must name that
+//     peer as sender and this node as recipient. The MAC proves knowledge
+//     of S; the responder never MACs under a session it accepts streams in
+//     (its own sessions to that peer are separate), so nothing can be
+//     reflected.
+//   - Replay. A stream number is accepted once per session: the responder
+//     keeps a window of the 1024 numbers behind the highest it has seen,
+//     records a number only after the MAC and the times check out, refuses
+//     a number seen again (crypto.ErrReplayed), and rejects one older than
+//     the window as stale (the opener then sets up in full). Sessions live
+//     in memory only and die with the process, so after a restart no
+//     stream of an old session is accepted at all; the setup stream itself
+//     stays in the durable replay cache until it expires, as before.
+//   - Expiry. Every session stream's header carries issued_at and
+//     expires_at under the same checks as a setup (skew, lifetime cap).
+//     A session is bounded in time (crypto.SessionLifetime, 10 minutes from
+//     the responder's acceptance; the opener stops a minute earlier) and in
+//     streams (crypto.MaxSessionStreams, 65,536); each stream in frames as
+//     before.
+//   - Key separation. Each stream's keys come from S and its whole header,
+//     which differs in stream_seq and a fresh message_id; the two
+//     directions take different halves; the hello key, the ack and the
+//     stream keys use different labels. No (key, nonce) pair repeats.
+//   - Downgrade and forgery. The offer is signed. The ack is a value only
+//     a holder of S computes, so a forged ack installs nothing. The reject
+//     is not authenticated beyond libp2p's secure channel; all it can do is
+//     make the opener set the stream up in full, which costs time and
+//     weakens nothing. Stripping offers yields the 1.1 behaviour.
+//   - Memory. A responder keeps at most 4 sessions per peer (the oldest
+//     gives way) and 4096 in all (then offers go unanswered), about 400
+//     bytes each. An opener keeps one per peer and one offer in flight per
+//     peer.
+//   - Restarts. A restarted responder answers a stale session with the
+//     reject and the stream goes on as a full setup: no error reaches the
+//     caller, nothing hangs (each read has its deadline). A restarted opener
+//     holds no session and sets up afresh.
+//
+// Sessions are negotiated in the envelope itself, not in capability_query,
+// because the envelope comes first: a 1.1 responder ignores the signed
+// offer (an unknown header field) and answers with a sealed frame, which
+// tells the opener there will be no ack; a 1.1 opener never offers.
+//
+// # Writes
+//
+// A Conn writes the Hello and the first message in one Write, the session
+// ack in the same Write as the responder's first reply, and messages
+// queued with Queue together with the next Send: fewer muxer frames and
+// TLS records per delegation. This changes no byte on the wire.
+//
 // Package crypto encodes the EnvelopeHeader and Hello and seals and opens the
 // frames; this package frames bytes and encodes the plaintext. The schema of
 // all of it, the envelope included, is protocol/pb/kith.proto.
@@ -79,4 +173,9 @@
 //	                                  64 MiB; max_payload_bytes (assertion
 //	                                  field 8); reject reason
 //	                                  payload_too_large (11).
+//	2026-11-22  1.2                   Envelope sessions: EnvelopeHeader
+//	                                  session_offer (9), session_id (10),
+//	                                  stream_seq (11), header version 2;
+//	                                  Hello.mac (3); the session ack and
+//	                                  reject control frames.
 package protocol

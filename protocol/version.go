@@ -27,7 +27,9 @@ type Version struct {
 //
 //	1.0  the eight message types
 //	1.1  chunked messages (Chunk) and max_payload_bytes in assertions
-var Supported = []Version{{1, 0}, {1, 1}}
+//	1.2  envelope sessions (negotiated in the envelope itself: an offer
+//	     in the signed header, an ack from the responder)
+var Supported = []Version{{1, 0}, {1, 1}, {1, 2}}
 
 func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
 

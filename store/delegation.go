@@ -147,8 +147,8 @@ func dlgName(role Role, id protocol.DelegationID) string {
 // getDelegation reads a delegation and its LastSeq; with blobs, also its
 // Offer and Result (callers that only check existence or state skip them).
 func getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs bool) (Delegation, error) {
-	var r delegationRecord
-	if err := getJSON(txn, delegationKey(role, id), &r, dlgName(role, id)); err != nil {
+	r, err := getDelegationRecord(txn, role, id)
+	if err != nil {
 		return Delegation{}, err
 	}
 	d, err := r.delegation()
@@ -167,6 +167,22 @@ func getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs b
 		}
 	}
 	return d, nil
+}
+
+func getDelegationRecord(txn *badger.Txn, role Role, id protocol.DelegationID) (delegationRecord, error) {
+	var r delegationRecord
+	item, err := txn.Get(delegationKey(role, id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return r, fmt.Errorf("%w: %s", ErrNotFound, dlgName(role, id))
+	}
+	if err != nil {
+		return r, fmt.Errorf("store: read %s: %w", dlgName(role, id), err)
+	}
+	err = item.Value(func(b []byte) error {
+		r, err = decodeDelegationRecord(b, dlgName(role, id))
+		return err
+	})
+	return r, err
 }
 
 func getBlob(txn *badger.Txn, key []byte) ([]byte, error) {
@@ -191,7 +207,7 @@ func putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
 			return fmt.Errorf("%s: %w", dlgName(d.Role, d.ID), err)
 		}
 	}
-	if err := setJSON(txn, delegationKey(d.Role, d.ID), d.record(), dlgName(d.Role, d.ID)); err != nil {
+	if err := setRecord(txn, delegationKey(d.Role, d.ID), d.record().encode, dlgName(d.Role, d.ID)); err != nil {
 		return err
 	}
 	var oldOffer, oldResult []byte // a new delegation has no blobs yet

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"time"
@@ -39,9 +38,12 @@ type eventRecord struct {
 // ev with the next sequence number, all in one transaction. ev.State is set
 // to to; a zero ev.At is now; an empty ev.Type is EventState. mutate may
 // run more than once, must not change State or the identity fields (see
-// UpdateDelegation), and must not call the Store. It returns the stored
-// delegation, whose LastSeq is the appended event's sequence number;
-// without mutate its Offer and Result are left out (unread, unchanged).
+// UpdateDelegation), and must not call the Store. mutate sees Offer and
+// Result empty, left unread so that a transition costs the same whatever
+// their size; one it sets is written, and one it leaves empty is unchanged
+// (UpdateDelegation can remove one). It returns the stored delegation, whose
+// LastSeq is the appended event's sequence number, with the Offer and
+// Result that mutate set and no others.
 func (s *Store) Transition(role Role, id protocol.DelegationID, to protocol.State, ev Event, mutate func(*Delegation)) (Delegation, error) {
 	return s.TransitionAfter(role, id, nil, to, ev, mutate)
 }
@@ -74,9 +76,9 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 	var committed []Event
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
 		committed = committed[:0]
-		// Without mutate the blobs cannot change: leave them unread, so a
-		// transition costs the same whatever the size of the offer.
-		old, err := getDelegation(txn, role, id, mutate != nil)
+		// The blobs stay unread: putDelegation below writes the ones mutate
+		// set, and leaves the others alone.
+		old, err := getDelegation(txn, role, id, false)
 		if err != nil {
 			return err
 		}
@@ -86,7 +88,6 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		}
 		d := old
 		if mutate != nil {
-			d.Offer, d.Result = bytes.Clone(old.Offer), bytes.Clone(old.Result)
 			mutate(&d)
 			if err := checkImmutable(old, d); err != nil {
 				return err
@@ -184,7 +185,7 @@ func (s *Store) appendEvent(txn *badger.Txn, role Role, id protocol.DelegationID
 		return 0, err
 	}
 	r := eventRecord{Seq: seq, At: nanos(e.At), Type: e.Type, State: e.State, Data: e.Data}
-	return seq, setJSON(txn, eventKey(role, id, seq), r, fmt.Sprintf("event %d of %s", seq, dlgName(role, id)))
+	return seq, setRecord(txn, eventKey(role, id, seq), r.encode, "event of "+dlgName(role, id))
 }
 
 // Events returns a delegation's events with Seq > afterSeq, in order
@@ -204,7 +205,11 @@ func (s *Store) Events(role Role, id protocol.DelegationID, afterSeq uint64) ([]
 		start := eventKey(role, id, afterSeq+1)
 		return scanPrefix(txn, eventPrefix(role, id), start, false, func(item *badger.Item) error {
 			var r eventRecord
-			if err := item.Value(func(b []byte) error { return decodeJSON(b, &r, "event") }); err != nil {
+			err := item.Value(func(b []byte) (err error) {
+				r, err = decodeEventRecord(b, "event of "+dlgName(role, id))
+				return err
+			})
+			if err != nil {
 				return err
 			}
 			out = append(out, Event{Seq: r.Seq, At: fromNanos(r.At), Type: r.Type, State: r.State, Data: r.Data})

@@ -14,37 +14,44 @@ import (
 //
 // History:
 //
-//	1  first layout (keys.go).
-const schemaVersion uint64 = 1
+//	1  first layout (keys.go), every record JSON.
+//	2  delegation and event records binary (record.go); migrate1to2
+//	   rewrites a version 1 store at open.
+const schemaVersion uint64 = 2
 
-// checkSchema stamps a fresh database with schemaVersion and refuses one
-// written by a newer binary, before anything else reads or writes it.
+// checkSchema stamps a fresh database with schemaVersion, migrates an
+// older one, and refuses one written by a newer binary, before anything
+// else reads or writes it.
 func (s *Store) checkSchema(where string) error {
-	return s.db.Update(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keySchema))
+	var v uint64
+	err := s.db.Update(func(txn *badger.Txn) error {
+		_, err := txn.Get([]byte(keySchema))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			if !isEmpty(txn) {
 				return fmt.Errorf("%w: %s holds data but no schema version (not a kith store?)", ErrCorrupt, where)
 			}
+			v = schemaVersion
 			return txn.Set([]byte(keySchema), be64(schemaVersion))
 		}
 		if err != nil {
 			return fmt.Errorf("store: read schema version of %s: %w", where, err)
 		}
-		v, err := getUint64(txn, item.Key())
-		if err != nil {
-			return err
-		}
-		switch {
-		case v > schemaVersion:
-			return fmt.Errorf("%w: %s has schema version %d, this kith knows versions up to %d; upgrade kith",
-				ErrSchemaTooNew, where, v, schemaVersion)
-		case v == 0:
-			return fmt.Errorf("%w: %s has schema version 0", ErrCorrupt, where)
-		}
-		// v == schemaVersion: nothing to migrate yet.
-		return nil
+		v, err = getUint64(txn, []byte(keySchema))
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case v > schemaVersion:
+		return fmt.Errorf("%w: %s has schema version %d, this kith knows versions up to %d; upgrade kith",
+			ErrSchemaTooNew, where, v, schemaVersion)
+	case v == 0:
+		return fmt.Errorf("%w: %s has schema version 0", ErrCorrupt, where)
+	case v == 1:
+		return s.migrate1to2(where)
+	}
+	return nil
 }
 
 func isEmpty(txn *badger.Txn) bool {

@@ -91,8 +91,14 @@ type Store struct {
 	mu     sync.RWMutex
 	closed bool
 
-	replay replayMem
-	watch  watchers // Watch's subscribers
+	replay  replayMem
+	watch   watchers // Watch's subscribers
+	commits committer
+
+	// direct commits each write in its own badger transaction, relying on
+	// badger's batching alone: the store's behaviour before group commit,
+	// kept so that BenchmarkCommit can compare the two in one run.
+	direct bool
 
 	metrics *Metrics // nil: not measured
 }
@@ -209,8 +215,11 @@ func (s *Store) view(fn func(txn *badger.Txn) error) error {
 }
 
 // update runs fn in a read-write transaction while holding the in-process
-// locks on lockKeys, retrying on badger conflicts. fn may therefore run more
-// than once and must derive everything it writes from what it reads.
+// locks on lockKeys, and returns once that transaction has committed. The
+// transaction may carry the writes of other callers too (group commit, see
+// commit.go), and fn may run more than once (a batch that lost a member, a
+// badger conflict), so fn must derive everything it writes from what it
+// reads; when it fails, nothing it wrote is committed.
 func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -221,14 +230,14 @@ func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error 
 	defer unlock()
 
 	defer s.metrics.observeCommit(time.Now())
+	if !s.direct {
+		return s.commits.do(s.db, fn)
+	}
 	var err error
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
 		err = s.db.Update(fn)
-		if errors.Is(err, badger.ErrTxnTooBig) {
-			return fmt.Errorf("%w: write too large for one transaction: %v", ErrInvalid, err)
-		}
 		if !errors.Is(err, badger.ErrConflict) {
-			return err
+			return commitErr(err)
 		}
 		time.Sleep(time.Duration(attempt+1) * 100 * time.Microsecond)
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +21,7 @@ func benchCmd() *cobra.Command {
 		stores     []string
 		asJSON     bool
 		cpuProfile string
+		large      []string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -29,6 +33,17 @@ func benchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			for _, s := range stores {
 				opts.Stores = append(opts.Stores, bench.StoreKind(s))
+			}
+			opts.Large = []int{} // none unless named
+			for _, s := range large {
+				if s = strings.TrimSpace(s); s == "" {
+					continue
+				}
+				n, err := parseSize(s)
+				if err != nil {
+					return fmt.Errorf("--large %q: %w", s, err)
+				}
+				opts.Large = append(opts.Large, n)
 			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
@@ -63,10 +78,35 @@ func benchCmd() *cobra.Command {
 	f.IntSliceVar(&opts.Concurrency, "concurrency", []int{1, 64}, "concurrent workers; each phase runs once per value")
 	f.IntVar(&opts.Payload, "payload", 64, "bytes echoed per operation")
 	f.StringSliceVar(&stores, "stores", []string{"memory", "nosync", "durable"}, "delegation store kinds to measure")
+	f.StringSliceVar(&large, "large", []string{"1MiB", "16MiB"}, "large payloads, each copied over a bare stream and delegated on every store kind (\"\" for none)")
+	f.IntVar(&opts.LargeRuns, "large-runs", 3, "timed runs of each large phase, after one uncounted")
 	f.StringVar(&opts.Dir, "dir", "", "directory for the on-disk stores and the fsync probe (default the system temp dir)")
 	f.IntVar(&opts.FsyncSamples, "fsync-samples", 200, "fsyncs timed by the disk probe")
 	f.BoolVar(&asJSON, "json", false, "write the report as JSON to stdout (progress and table go to stderr)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	_ = f.MarkHidden("cpuprofile")
 	return cmd
+}
+
+// parseSize reads a byte count: a number with an optional KiB, MiB or B
+// suffix ("16MiB", "65536").
+func parseSize(s string) (int, error) {
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"B", 1}} {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, errors.New("want a positive number of bytes, with an optional B, KiB or MiB suffix")
+	}
+	if n > math.MaxInt32/mult {
+		return 0, errors.New("too large")
+	}
+	return n * mult, nil
 }

@@ -42,7 +42,8 @@ func initCmd() *cobra.Command {
 func daemonCmd() *cobra.Command {
 	var listen []string
 	var check bool
-	var logLevel, logFormat string
+	var logLevel config.LogLevel
+	var logFormat config.LogFormat
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the node in the foreground (initializing the home first if it is new)",
@@ -74,10 +75,10 @@ func daemonCmd() *cobra.Command {
 				if len(listen) > 0 {
 					cfg.Listen = listen
 				}
-				if logLevel != "" {
+				if cmd.Flags().Changed("log-level") {
 					cfg.LogLevel = logLevel
 				}
-				if logFormat != "" {
+				if cmd.Flags().Changed("log-format") {
 					cfg.LogFormat = logFormat
 				}
 			}
@@ -90,9 +91,9 @@ func daemonCmd() *cobra.Command {
 				return nil
 			}
 			level := new(slog.LevelVar)
-			level.Set(cfg.SlogLevel())
+			level.Set(cfg.LogLevel.Slog())
 			logger := newLogger(cfg.LogFormat, level)
-			storeLogger := newLogger(cfg.LogFormat, config.ParseLogLevel(cfg.Store.DBLogLevel))
+			storeLogger := newLogger(cfg.LogFormat, cfg.Store.DBLogLevel.Slog())
 			logger.Info("kith starting", "version", node.Version)
 			n, err := node.New(home, cfg, node.Options{Logger: logger, StoreLogger: storeLogger, LogLevel: level, Override: override})
 			if err != nil {
@@ -124,13 +125,17 @@ func daemonCmd() *cobra.Command {
 	}
 	cmd.Flags().StringArrayVar(&listen, "listen", nil, "listen multiaddr, replacing the config's (repeatable)")
 	cmd.Flags().BoolVar(&check, "check", false, "validate the config and exit")
-	cmd.Flags().StringVar(&logLevel, "log-level", "", "lowest level logged: debug, info, warn or error (default: the config's log_level)")
-	cmd.Flags().StringVar(&logFormat, "log-format", "", "log format: text or json (default: the config's log_format)")
+	// Typed flags: a misspelt value fails here, with the allowed values.
+	cmd.Flags().TextVar(&logLevel, "log-level", config.LogInfo, "lowest level logged: debug, info, warn or error (default: the config's log_level)")
+	cmd.Flags().TextVar(&logFormat, "log-format", config.LogFormatText, "log format: text or json (default: the config's log_format)")
+	for _, name := range []string{"log-level", "log-format"} {
+		cmd.Flags().Lookup(name).DefValue = "" // the config's, not the flag's, is the default
+	}
 	return cmd
 }
 
 // newLogger writes records at level and above to stderr in format.
-func newLogger(format string, level slog.Leveler) *slog.Logger {
+func newLogger(format config.LogFormat, level slog.Leveler) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == config.LogFormatJSON {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))

@@ -56,7 +56,7 @@ func delegateCmd() *cobra.Command {
 				return err
 			}
 			switch {
-			case output != "" && d.State == "completed":
+			case output != "" && d.State == api.StateCompleted:
 				// The file holds exactly the result; nothing is written for
 				// a delegation that did not complete.
 				if err := os.WriteFile(output, []byte(d.Output), 0o644); err != nil {
@@ -70,7 +70,7 @@ func delegateCmd() *cobra.Command {
 				fmt.Fprintf(stderr, " (%s)", d.Reason)
 			}
 			fmt.Fprintf(stderr, " tokens=%d/%d\n", d.Usage.Completion, d.Budget)
-			if d.State != "completed" {
+			if d.State != api.StateCompleted {
 				return exitError{1}
 			}
 			return nil

@@ -66,9 +66,9 @@ verifies their capabilities first.`,
 				if !p.LastSeen.IsZero() {
 					seen = p.LastSeen.Format(time.RFC3339)
 				}
-				trust := p.Trust
-				if p.Access != "none" {
-					trust += "/" + p.Access
+				trust := p.Trust.String()
+				if p.Access != api.AccessNone {
+					trust += "/" + p.Access.String()
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%v\t%s\n", p.ID, strings.Join(p.Sources, ","), profiles,
 					trust, load, rtt, p.Connected, seen)

@@ -6,12 +6,9 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
-	manet "github.com/multiformats/go-multiaddr/net"
 	"github.com/spf13/cobra"
 
-	"github.com/kithmesh/kith/discovery"
+	"github.com/kithmesh/kith/node"
 	"github.com/kithmesh/kith/node/api"
 )
 
@@ -22,7 +19,7 @@ func dnssdCmd() *cobra.Command {
 }
 
 func dnssdRecordsCmd() *cobra.Command {
-	var z discovery.Zone
+	var z node.DNSSDZone
 	var ips []string
 	cmd := &cobra.Command{
 		Use:   "records --domain D [--ip ADDR]... [--instance NAME] [--host NAME] [--ttl N]",
@@ -37,13 +34,13 @@ func dnssdRecordsCmd() *cobra.Command {
 			"IP the host does not see.",
 		Args: cobra.NoArgs,
 		RunE: withClient(func(cmd *cobra.Command, _ []string, c *api.Client) error {
-			var override []netip.Addr
+			z.IPs = nil
 			for _, s := range ips {
 				ip, err := netip.ParseAddr(s)
 				if err != nil {
 					return fmt.Errorf("--ip %q is not an IP address", s)
 				}
-				override = append(override, ip)
+				z.IPs = append(z.IPs, ip)
 			}
 			info, err := c.Node(cmd.Context())
 			if errors.Is(err, api.ErrDaemonNotRunning) {
@@ -52,23 +49,15 @@ func dnssdRecordsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := peer.Decode(info.PeerID)
-			if err != nil {
-				return fmt.Errorf("the daemon's peer ID %q: %w", info.PeerID, err)
-			}
-			addrs, err := discovery.PublishAddrs(id, info.Addrs, override)
-			if err != nil {
-				return err
-			}
-			z.TXT = discovery.TXT{Peer: id, Profiles: info.Profiles, Addrs: addrs}
-			lines, err := discovery.ZoneRecords(z)
+			lines, onlyLoopback, err := node.DNSSDRecords(info, z)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "; kith DNS-SD records for peer %s under %s\n", id, strings.TrimSuffix(z.Domain, "."))
-			fmt.Fprintf(out, "; Add them to the zone; nodes with dnssd_domains = [%q] then find this one.\n", strings.TrimSuffix(z.Domain, "."))
-			if len(override) == 0 && allLoopback(addrs) {
+			domain := strings.TrimSuffix(z.Domain, ".")
+			fmt.Fprintf(out, "; kith DNS-SD records for peer %s under %s\n", info.PeerID, domain)
+			fmt.Fprintf(out, "; Add them to the zone; nodes with dnssd_domains = [%q] then find this one.\n", domain)
+			if len(z.IPs) == 0 && onlyLoopback {
 				fmt.Fprintln(out, "; Only loopback addresses: other machines cannot reach them (see --ip).")
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning: the daemon listens only on loopback addresses; other machines cannot reach them (see --ip)")
 			}
@@ -85,14 +74,4 @@ func dnssdRecordsCmd() *cobra.Command {
 	cmd.Flags().Uint32Var(&z.TTL, "ttl", 300, "TTL of the records, in seconds")
 	_ = cmd.MarkFlagRequired("domain")
 	return cmd
-}
-
-// allLoopback reports whether every IP address among addrs is loopback.
-func allLoopback(addrs []ma.Multiaddr) bool {
-	for _, a := range addrs {
-		if !manet.IsIPLoopback(a) {
-			return false
-		}
-	}
-	return len(addrs) > 0
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 	"github.com/kithmesh/kith/node/gateway"
 )
@@ -45,10 +46,7 @@ func needInterop(t *testing.T) string {
 	if why == "" {
 		return nodeBin
 	}
-	if os.Getenv("KITH_A2A_INTEROP_REQUIRED") == "1" {
-		t.Fatalf("A2A interop test cannot run: %s", why)
-	}
-	t.Skipf("A2A interop test: %s", why)
+	labtest.Lacking(t, labtest.InteropRequired, "A2A interop test cannot run: "+why)
 	return ""
 }
 
@@ -180,7 +178,7 @@ func TestA2AInteropJSSDK(t *testing.T) {
 			p1 := runInterop(t, nodeBin, append([]string{"phase1", base, token, "remote-echo"}, extra...)...)
 			taskID, _ := p1["taskId"].(string)
 			// The task is the delegation: B served it over the mesh.
-			if d := showJSON(t, a, taskID); d.State != "completed" || d.Peer != b.id || !d.Remote {
+			if d := showJSON(t, a, taskID); d.State.String() != "completed" || d.Peer != b.id || !d.Remote {
 				t.Fatalf("A's delegation %s: %+v, want completed by B", taskID, d)
 			}
 
@@ -198,7 +196,7 @@ func TestA2AInteropJSSDK(t *testing.T) {
 			deadline := time.Now().Add(stateWait)
 			for {
 				d := showJSON(t, b, cancelled)
-				if d.State == "cancelled" && d.Role == "provider" {
+				if d.State.String() == "cancelled" && d.Role.String() == "provider" {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -435,7 +433,7 @@ min_trust = "untrusted"
 				t.Fatal(err)
 			}
 			deadline := time.Now().Add(stateWait)
-			for showJSON(t, b, id).State != "running" {
+			for showJSON(t, b, id).State.String() != "running" {
 				if time.Now().After(deadline) {
 					t.Fatalf("B never ran %s", id)
 				}

@@ -59,7 +59,7 @@ func TestE2EDelegateInputs(t *testing.T) {
 	if got, err := os.ReadFile(out); err != nil || string(got) != big {
 		t.Errorf("--output file: %d bytes (err %v), want exactly the %d-byte task", len(got), err, len(big))
 	}
-	if d := a.delegation(delegationID(t, r)); d.State != "completed" {
+	if d := a.delegation(delegationID(t, r)); d.State.String() != "completed" {
 		t.Errorf("2 MiB delegation: state %s, want completed", d.State)
 	}
 
@@ -339,9 +339,15 @@ func TestE2EVersionAndLogs(t *testing.T) {
 		t.Errorf("b runs with --log-level warn over the config's info, yet logged at info:\n%s", logs)
 	}
 
+	// The flags are typed as the config's keys are: a misspelt value fails
+	// at the flag, with the allowed values.
 	r = a.kith("daemon", "--check", "--log-format", "yaml")
-	if r.code == 0 || !strings.Contains(r.stderr, `log_format: "yaml" is not a format`) {
-		t.Errorf("--log-format yaml: want a non-zero exit naming the key; %v", r)
+	if r.code == 0 || !strings.Contains(r.stderr, `"--log-format" flag: "yaml" is not a format; want "text" or "json"`) {
+		t.Errorf("--log-format yaml: want a non-zero exit naming the flag and the formats; %v", r)
+	}
+	r = a.kith("daemon", "--check", "--log-level", "loud")
+	if r.code == 0 || !strings.Contains(r.stderr, `"loud" is not a level; want "debug", "info", "warn" or "error"`) {
+		t.Errorf("--log-level loud: want a non-zero exit naming the levels; %v", r)
 	}
 }
 

@@ -26,9 +26,9 @@ func TestE2EDemo(t *testing.T) {
 // kith bench runs its phases side by side and reports the goals.
 func TestE2EBenchShort(t *testing.T) {
 	testDir(t)
-	r := runKith(t, "bench", "--duration", "150ms", "--warmup", "20ms", "--concurrency", "1", "--stores", "memory", "--fsync-samples", "5")
+	r := runKith(t, "bench", "--duration", "150ms", "--warmup", "20ms", "--concurrency", "1", "--stores", "memory", "--fsync-samples", "5", "--large", "64KiB", "--large-runs", "1")
 	r.mustSucceed(t)
-	for _, want := range []string{"bare-echo", "delegation", "memory", "goals", "fsync"} {
+	for _, want := range []string{"bare-echo", "delegation", "memory", "goals", "fsync", "large payloads", "64 KiB", "bare copy"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, r.stdout)
 		}

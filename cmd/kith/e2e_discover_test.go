@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 )
 
@@ -41,7 +41,7 @@ func TestDiscoverProfileThroughDHT(t *testing.T) {
 	}
 
 	var d api.Discovery
-	pollUntil(t, "the DHT names the provider of rare", func() bool {
+	labtest.WaitFor(t, stateWait, "the DHT names the provider of rare", func() bool {
 		r := req.kith("discover", "--profile", "rare", "--json")
 		if r.code != 0 {
 			return false
@@ -71,18 +71,5 @@ func TestDiscoverProfileThroughDHT(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("kith discover lacks %q:\n%s", want, r.stdout)
 		}
-	}
-}
-
-// pollUntil calls cond every pollEvery until it holds, failing t after
-// stateWait.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(stateWait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting until %s", stateWait, what)
-		}
-		time.Sleep(pollEvery)
 	}
 }

@@ -17,33 +17,9 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/kithmesh/kith/discovery"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 )
-
-// needTool returns the path of a Debian tool, looking in /usr/sbin too (a
-// non-root PATH often lacks it). It skips t when the tool is missing, or
-// fails it under KITH_NETNS_REQUIRED=1 (which .ci/run sets for its DNS-SD
-// step, after installing the tool).
-func needTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	if p := filepath.Join("/usr/sbin", name); isExecutable(p) {
-		return p
-	}
-	msg := fmt.Sprintf("%s not found: install the Debian package %s (apt-get install %s)", name, pkg, pkg)
-	if os.Getenv("KITH_NETNS_REQUIRED") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
-}
 
 // nsdServer is a real authoritative DNS server (NLnet Labs' nsd) serving
 // one zone on 127.0.0.1.
@@ -57,8 +33,8 @@ type nsdServer struct {
 // SOA. The process is killed by PID at cleanup.
 func startNSD(t *testing.T, dir, zone, zoneFile string) *nsdServer {
 	t.Helper()
-	nsd := needTool(t, "nsd", "nsd")
-	if out, err := exec.Command(needTool(t, "nsd-checkzone", "nsd"), zone, zoneFile).CombinedOutput(); err != nil {
+	nsd := labtest.Tool(t, labtest.NetnsRequired, "nsd", "nsd")
+	if out, err := exec.Command(labtest.Tool(t, labtest.NetnsRequired, "nsd-checkzone", "nsd"), zone, zoneFile).CombinedOutput(); err != nil {
 		b, _ := os.ReadFile(zoneFile)
 		t.Fatalf("nsd-checkzone rejects the zone: %v\n%s\nzone file:\n%s", err, out, b)
 	}
@@ -95,7 +71,7 @@ func startNSD(t *testing.T, dir, zone, zoneFile string) *nsdServer {
 		if err := os.WriteFile(conf, []byte(confText), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := exec.Command(needTool(t, "nsd-checkconf", "nsd"), conf).CombinedOutput(); err != nil {
+		if out, err := exec.Command(labtest.Tool(t, labtest.NetnsRequired, "nsd-checkconf", "nsd"), conf).CombinedOutput(); err != nil {
 			t.Fatalf("nsd-checkconf rejects the config: %v\n%s\n%s", err, out, confText)
 		}
 		cmd := exec.Command(nsd, "-d", "-c", conf)
@@ -193,7 +169,7 @@ func (n *testNode) prependConfig(lines string) {
 // authoritative DNS server (nsd) serving the records "kith dnssd records"
 // printed for another node, that node, verifies it and delegates to it.
 func TestDNSSDDaemonFindsPublishedNode(t *testing.T) {
-	needTool(t, "nsd", "nsd")
+	labtest.Tool(t, labtest.NetnsRequired, "nsd", "nsd")
 	dir := testDir(t)
 	// lab-echo is a profile only the provider has (both have the default
 	// echo), so the requester must delegate over the network: a local
@@ -279,7 +255,7 @@ func TestDNSSDDaemonFindsPublishedNode(t *testing.T) {
 	b.prependConfig(`log_level = "debug"`)
 	b.start()
 
-	pollUntil(t, "node b resolves lab.test and finds node a (is runDNSSD wired into the node's discovery?)", func() bool {
+	labtest.WaitFor(t, stateWait, "node b resolves lab.test and finds node a (is runDNSSD wired into the node's discovery?)", func() bool {
 		log, _ := os.ReadFile(b.log)
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, `msg="dnssd hint"`) && strings.Contains(line, " peer="+a.id+" ") {
@@ -289,7 +265,7 @@ func TestDNSSDDaemonFindsPublishedNode(t *testing.T) {
 		return false
 	})
 	var found api.DiscoveredPeer
-	pollUntil(t, "node b verifies node a's lab-echo profile", func() bool {
+	labtest.WaitFor(t, stateWait, "node b verifies node a's lab-echo profile", func() bool {
 		r := b.kith("discover", "--json")
 		r.mustSucceed(t)
 		var d api.Discovery
@@ -314,7 +290,7 @@ func TestDNSSDDaemonFindsPublishedNode(t *testing.T) {
 		t.Fatalf("delegate printed %q, want hello; %v", got, r)
 	}
 	d := showJSON(t, b, delegationID(t, r))
-	if d.Peer != a.id || !d.Remote || d.State != "completed" {
+	if d.Peer != a.id || !d.Remote || d.State.String() != "completed" {
 		t.Fatalf("the delegation ran at %q (remote %v, %s), want node a %s", d.Peer, d.Remote, d.State, a.id)
 	}
 

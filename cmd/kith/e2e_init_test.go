@@ -136,8 +136,8 @@ func TestE2EInitChecksBeforeWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runKith(t, "--home", other, "init")
-	if r.code == 0 || !strings.Contains(r.stderr, otherCfg+":1: listen[0]") || !strings.Contains(r.stderr, "nothing was written") {
-		t.Errorf("init over an invalid config: want a failure naming %s:1: listen[0]; %v", otherCfg, r)
+	if r.code == 0 || !strings.Contains(r.stderr, otherCfg+":1:11: listen[0]") || !strings.Contains(r.stderr, "nothing was written") {
+		t.Errorf("init over an invalid config: want a failure naming %s:1:11: listen[0]; %v", otherCfg, r)
 	}
 	if err := os.WriteFile(otherCfg, []byte("listen = [\"/ip4/127.0.0.1/tcp/0\"]\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -2,41 +2,20 @@ package main
 
 import (
 	"encoding/json"
-	"net"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/node/api"
 )
-
-// needPrivateMulticast skips t unless the test runs in a private network
-// namespace whose only interface is a multicast-capable loopback: mDNS on a
-// real interface would leave the machine. Under KITH_NETNS_REQUIRED=1 (set
-// by .ci/run) the skip is a failure.
-func needPrivateMulticast(t *testing.T) {
-	t.Helper()
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ifaces) == 1 && ifaces[0].Flags&net.FlagLoopback != 0 && ifaces[0].Flags&net.FlagMulticast != 0 && ifaces[0].Flags&net.FlagUp != 0 {
-		return
-	}
-	msg := `needs a private network namespace with multicast on lo; run: unshare -n sh -c 'ip link set lo up; ip link set lo multicast on; ip route add 224.0.0.0/4 dev lo; exec go test -run MDNS ./cmd/kith'`
-	if os.Getenv("KITH_NETNS_REQUIRED") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
 
 // Two daemons with no static peers find each other over mDNS and complete
 // a delegation; the requester's "kith discover" shows the provider's
 // verified profile with source mdns.
 func TestMDNSDaemonsFindEachOtherAndDelegate(t *testing.T) {
-	needPrivateMulticast(t)
+	labtest.PrivateMulticast(t, "./cmd/kith")
 	dir := testDir(t)
 	const lan = "[discovery]\nmdns = true\ndht = \"off\"\n"
 	a := newNode(t, dir, "a", lan+"\n[[profiles]]\nname = \"lan-echo\"\nexecutor = \"echo\"\n")

@@ -68,7 +68,7 @@ func TestNATRelayDiesMidDelegation(t *testing.T) {
 		t.Fatalf("b gave up on the delegation when the relay died: %s (%s)", d.State, d.Reason)
 	}
 	show := showJSON(t, b, id)
-	if show.State != "running" || !strings.Contains(show.Reason, "reattaching") {
+	if show.State.String() != "running" || !strings.Contains(show.Reason, "reattaching") {
 		t.Fatalf("kith tasks show while the relay is down: %+v; want running, saying it is reattaching", show)
 	}
 	if err := os.WriteFile(gate1, nil, 0o600); err != nil {
@@ -85,7 +85,7 @@ func TestNATRelayDiesMidDelegation(t *testing.T) {
 	if r.code != 0 || strings.TrimSpace(r.stdout) != "the relay died" {
 		t.Fatalf("kith delegate across the relay's death: want exit 0 printing the result; %v", r)
 	}
-	if d := b.delegation(id); d.State != "completed" || d.Reason != "" {
+	if d := b.delegation(id); d.State.String() != "completed" || d.Reason != "" {
 		t.Fatalf("b: %s (%q), want completed with no reason left", d.State, d.Reason)
 	}
 	mustVerify(t, b, id, a, "completed")
@@ -106,7 +106,7 @@ func TestNATRelayDiesMidDelegation(t *testing.T) {
 	r = bg.wait(t)
 	ended := time.Since(killed)
 	d = b.delegation(id)
-	if r.code == 0 || d.State != "expired" || !strings.HasPrefix(d.Reason, "provider_unreachable") {
+	if r.code == 0 || d.State.String() != "expired" || !strings.HasPrefix(d.Reason, "provider_unreachable") {
 		t.Fatalf("relay gone for good: kith delegate %v; b: %s (%s); want a non-zero exit and expired (provider_unreachable…)", r, d.State, d.Reason)
 	}
 	t.Logf("NAT figures: relay killed for good: b's delegation (timeout 10s) ended %s (%s) %s after the kill", d.State, d.Reason, ms(ended))

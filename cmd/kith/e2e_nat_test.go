@@ -273,7 +273,7 @@ func delegateRoundTrip(t *testing.T, n *testNode, peer, text string) time.Durati
 	}
 	rtt := time.Since(start)
 	d, err := c.Delegation(ctx, id)
-	if err != nil || d.State != "completed" || d.Output != text {
+	if err != nil || d.State.String() != "completed" || d.Output != text {
 		t.Fatalf("delegation %s: %+v, %v", id, d, err)
 	}
 	return rtt

@@ -523,8 +523,8 @@ func (n *testNode) waitFor(id, what string, done func(api.Delegation) bool) api.
 // as it is terminal in another state.
 func (n *testNode) waitState(id, want string) api.Delegation {
 	n.t.Helper()
-	d := n.waitFor(id, want, func(d api.Delegation) bool { return d.State == want || d.Terminal })
-	if d.State != want {
+	d := n.waitFor(id, want, func(d api.Delegation) bool { return d.State.String() == want || d.Terminal })
+	if d.State.String() != want {
 		n.t.Fatalf("%s: delegation %s ended %s (%s), want %s", n.name, id, d.State, d.Reason, want)
 	}
 	return d

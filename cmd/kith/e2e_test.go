@@ -143,7 +143,7 @@ func TestE2EDelegateEcho(t *testing.T) {
 	}
 
 	d := showJSON(t, a, id)
-	if d.State != "completed" || !d.Remote || d.Peer != b.id || d.Role != "requester" ||
+	if d.State.String() != "completed" || !d.Remote || d.Peer != b.id || d.Role.String() != "requester" ||
 		d.Profile != "echo" || d.Budget != 100 || d.Output != "hello world" || !d.Terminal {
 		t.Errorf("tasks show: %+v; want a completed remote requester delegation of echo to %s, budget 100, output \"hello world\"", d, b.id)
 	}
@@ -160,7 +160,7 @@ func TestE2EDelegateEcho(t *testing.T) {
 	}
 
 	// The provider keeps its own record of the work it did.
-	if pd := b.delegation(id); pd.Role != "provider" || pd.State != "completed" || pd.Peer != a.id {
+	if pd := b.delegation(id); pd.Role.String() != "provider" || pd.State.String() != "completed" || pd.Peer != a.id {
 		t.Errorf("b's record: %+v; want a completed provider delegation for %s", pd, a.id)
 	}
 
@@ -168,7 +168,7 @@ func TestE2EDelegateEcho(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "no_matching_profile") || r.stdout != "" {
 		t.Fatalf("delegate to a profile b lacks: want a non-zero exit, no_matching_profile on stderr and no stdout; %v", r)
 	}
-	if d := showJSON(t, a, delegationID(t, r)); d.State != "rejected" || !strings.HasPrefix(d.Reason, "no_matching_profile") {
+	if d := showJSON(t, a, delegationID(t, r)); d.State.String() != "rejected" || !strings.HasPrefix(d.Reason, "no_matching_profile") {
 		t.Errorf("rejected delegation: state %s, reason %q; want rejected, no_matching_profile", d.State, d.Reason)
 	}
 }
@@ -214,10 +214,10 @@ command = %s
 	// The requester learns that the executor failed, not how: the exit
 	// status and stderr of b's command stay on b, in its own record.
 	d := showJSON(t, a, id)
-	if d.State != "failed" || !strings.HasPrefix(d.Reason, "executor_failed") || strings.Contains(d.Reason, "boom") || strings.Contains(d.Reason, "exit status") {
+	if d.State.String() != "failed" || !strings.HasPrefix(d.Reason, "executor_failed") || strings.Contains(d.Reason, "boom") || strings.Contains(d.Reason, "exit status") {
 		t.Errorf("failed command on a: state %s, reason %q; want failed executor_failed without b's stderr or exit status", d.State, d.Reason)
 	}
-	if pd := showJSON(t, b, id); pd.State != "failed" || !strings.Contains(pd.Reason, "exit status 7") || !strings.Contains(pd.Reason, "boom") {
+	if pd := showJSON(t, b, id); pd.State.String() != "failed" || !strings.Contains(pd.Reason, "exit status 7") || !strings.Contains(pd.Reason, "boom") {
 		t.Errorf("failed command on b: state %s, reason %q; want failed with \"exit status 7\" and the stderr \"boom\"", pd.State, pd.Reason)
 	}
 	// A failure is signed like a success.
@@ -320,7 +320,7 @@ model = "test"
 	id := delegationID(t, r)
 	d := showJSON(t, a, id)
 	wantUsage := api.Usage{Prompt: promptTokens, Completion: completionTokens, Total: promptTokens + completionTokens}
-	if d.State != "completed" || d.Output != want || d.Usage != wantUsage {
+	if d.State.String() != "completed" || d.Output != want || d.Usage != wantUsage {
 		t.Errorf("tasks show: state %s, output %q, usage %+v; want completed, %q, %+v", d.State, d.Output, d.Usage, want, wantUsage)
 	}
 	mustVerify(t, a, id, b, "completed")
@@ -345,16 +345,16 @@ func TestE2ERequesterKilled(t *testing.T) {
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if d := b.waitTerminal(id); d.State != "completed" {
+	if d := b.waitTerminal(id); d.State.String() != "completed" {
 		t.Fatalf("b: the task ended %s (%s) with its requester gone; want completed", d.State, d.Reason)
 	}
 
 	a.start()
 	d := a.waitTerminal(id)
-	if d.State != "completed" || d.Output != "survives the requester" {
+	if d.State.String() != "completed" || d.Output != "survives the requester" {
 		t.Fatalf("a after restart: state %s (%s), output %q; want completed, %q", d.State, d.Reason, d.Output, "survives the requester")
 	}
-	if d := showJSON(t, a, id); d.State != "completed" || d.Peer != b.id {
+	if d := showJSON(t, a, id); d.State.String() != "completed" || d.Peer != b.id {
 		t.Errorf("tasks show after restart: %+v", d)
 	}
 	mustVerify(t, a, id, b, "completed")
@@ -385,10 +385,10 @@ func TestE2EProviderKilled(t *testing.T) {
 		t.Errorf("kith delegate across the provider's restart: want exit 1 with %q on stderr; %v", id+" failed (provider_restarted)", r)
 	}
 	d := a.waitTerminal(id)
-	if d.State != "failed" || d.Reason != "provider_restarted" {
+	if d.State.String() != "failed" || d.Reason != "provider_restarted" {
 		t.Fatalf("a: state %s (%s); want failed (provider_restarted)", d.State, d.Reason)
 	}
-	if pd := b.delegation(id); pd.State != "failed" || pd.Reason != "provider_restarted" {
+	if pd := b.delegation(id); pd.State.String() != "failed" || pd.Reason != "provider_restarted" {
 		t.Errorf("b after restart: state %s (%s); want failed (provider_restarted)", pd.State, pd.Reason)
 	}
 	mustVerify(t, a, id, b, "failed")
@@ -439,10 +439,10 @@ func TestE2EConfigAndDaemonErrors(t *testing.T) {
 		t.Fatalf("daemon --check passed a bad config; %v", r)
 	}
 	for _, want := range []string{
-		cfg + ":9: profiles[0].vram_mib: -5 is negative",
-		cfg + ":10: profiles[0].min_trust: wrong type: want a string, got a TOML integer",
-		cfg + `:1: log_level: "chatty" is not a level`,
-		cfg + ":4: limits.default_hop_limit: 99 is out of range",
+		cfg + ":9:12: profiles[0].vram_mib: -5 is negative",
+		cfg + `:10:13: profiles[0].min_trust: wrong type: want one of "untrusted", "verified" or "trusted", got a TOML integer`,
+		cfg + `:1:13: log_level: "chatty" is not a level; want "debug", "info", "warn" or "error"`,
+		cfg + ":4:21: limits.default_hop_limit: 99 is out of range",
 	} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("daemon --check: stderr lacks %q; %v", want, r)

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kithmesh/kith/internal/labtest"
 )
 
 // Addresses of the lab. 11.0.0.0/24 looks public to go-libp2p (it hole
@@ -56,10 +58,7 @@ func needNetnsRoot(t *testing.T) {
 	}
 	msg := fmt.Sprintf("the NAT lab needs %s: run as root with iproute2 and nftables installed: "+
 		"KITH_NAT_TEST=1 go test -race -run TestNAT -v ./cmd/kith", strings.Join(missing, ", "))
-	if os.Getenv("KITH_NETNS_REQUIRED") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	labtest.Lacking(t, labtest.NetnsRequired, msg)
 }
 
 // natLab is one instance of the topology:

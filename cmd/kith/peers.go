@@ -81,11 +81,14 @@ func peersCmd() *cobra.Command {
 	jsonFlag(log, &logJSON)
 	cmd.AddCommand(add, ls, log,
 		peerChangeCmd("allow ID", "Allow a peer (in allowlist mode, only allowed peers may connect)", 1,
-			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: "allow"}, nil }),
+			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: new(api.AccessAllow)}, nil }),
 		peerChangeCmd("deny ID", "Deny a peer: refused on dial and accept, its live connections closed", 1,
-			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: "deny"}, nil }),
+			func(args []string) (api.PeerChange, error) { return api.PeerChange{Access: new(api.AccessDeny)}, nil }),
 		peerChangeCmd("trust ID LEVEL", "Set a peer's trust level: untrusted, verified or trusted", 2,
-			func(args []string) (api.PeerChange, error) { return api.PeerChange{Trust: args[1]}, nil }),
+			func(args []string) (api.PeerChange, error) {
+				t, err := api.ParseTrust(args[1])
+				return api.PeerChange{Trust: &t}, err
+			}),
 		peerChangeCmd("rm ID", "Forget a peer, its trust and allow/deny included: rm lifts a deny", 1,
 			func(args []string) (api.PeerChange, error) { return api.PeerChange{Remove: true}, nil }),
 	)

@@ -61,7 +61,7 @@ func tasksCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if d.Role == "provider" {
+			if d.Role == api.RoleProvider {
 				return fmt.Errorf("this node served %s as its provider: it signed the result proof it sent, and proofs are verified by the requester (run \"kith tasks verify %s\" on %s)", d.ID, d.ID, d.Peer)
 			}
 			p, err := c.Verify(cmd.Context(), args[0])
@@ -101,7 +101,13 @@ func tasksLsCmd() *cobra.Command {
 				q.Since = t
 			}
 			if states != "" {
-				q.States = strings.Split(states, ",")
+				for _, s := range strings.Split(states, ",") {
+					st, err := api.ParseState(s)
+					if err != nil {
+						return err
+					}
+					q.States = append(q.States, st)
+				}
 			}
 			ds, truncated, err := c.ListDelegations(cmd.Context(), q)
 			if err != nil {
@@ -154,7 +160,7 @@ func short(id string) string {
 func printTree(w io.Writer, n api.TreeNode, prefix, childPrefix string) {
 	where := "local"
 	switch {
-	case n.Role == "provider":
+	case n.Role == api.RoleProvider:
 		where = "served for " + short(n.Peer)
 	case n.Remote:
 		where = "⇄ " + short(n.Peer)

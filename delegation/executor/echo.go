@@ -8,18 +8,24 @@ import (
 	"unicode/utf8"
 )
 
-// Echo returns the task's text as its result, streamed one word at a time.
+// Echo returns the task's text as its result, streamed back as it goes.
 // It is the executor of the demo profile: it exercises delegation end to end
 // without a model.
 type Echo struct {
 	// Delay is waited before each word, so a demo shows streaming and a
-	// test can cancel mid-task. Zero streams as fast as emit returns.
+	// test can cancel mid-task. Zero streams the text at once, in pieces of
+	// EchoChunk bytes: one update per word would cost a large task more
+	// in bookkeeping than in bytes.
 	Delay time.Duration
 }
 
+// EchoChunk is the most text one update of an Echo without Delay carries.
+const EchoChunk = 64 << 10
+
 var _ Executor = Echo{}
 
-// Execute streams task.Text, cut to the budget, word by word.
+// Execute streams task.Text, cut to the budget, word by word (with a
+// Delay) or in chunks (without).
 func (e Echo) Execute(ctx context.Context, task Task, emit func(Update)) (Result, error) {
 	emit = orNop(emit)
 	text := truncateUTF8(task.Text, budgetBytes(task.BudgetTokens))
@@ -30,6 +36,9 @@ func (e Echo) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 				fmt.Errorf("echo: %w", err)
 		}
 		n := done + nextWord(text[done:])
+		if e.Delay <= 0 {
+			n = done + max(len(truncateUTF8(text[done:], EchoChunk)), 1)
+		}
 		emit(Update{Text: text[done:n], Progress: float64(n) / float64(len(text))})
 		done = n
 	}

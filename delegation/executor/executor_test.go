@@ -90,20 +90,25 @@ func TestEcho(t *testing.T) {
 		want       string
 		stopped    bool
 		updates    []string
+		delay      time.Duration
 	}{
 		{name: "whole", text: "hello kith mesh", want: "hello kith mesh",
+			updates: []string{"hello kith mesh"}},
+		{name: "by word", text: "hello kith mesh", want: "hello kith mesh", delay: time.Nanosecond,
 			updates: []string{"hello ", "kith ", "mesh"}},
-		{name: "spacing kept", text: "  two\n\nlines ", want: "  two\n\nlines ",
+		{name: "spacing kept", text: "  two\n\nlines ", want: "  two\n\nlines ", delay: time.Nanosecond,
 			updates: []string{"  two\n\n", "lines "}},
-		{name: "budget", text: "hello kith mesh", budget: 2, want: "hello ki", stopped: true,
+		{name: "budget", text: "hello kith mesh", budget: 2, want: "hello ki", stopped: true, delay: time.Nanosecond,
 			updates: []string{"hello ", "ki"}},
 		{name: "budget fits", text: "hello", budget: 2, want: "hello",
 			updates: []string{"hello"}},
 		{name: "empty", text: "", want: ""},
+		{name: "chunks", text: strings.Repeat("é", EchoChunk) + "x", want: strings.Repeat("é", EchoChunk) + "x",
+			updates: []string{strings.Repeat("é", EchoChunk/2), strings.Repeat("é", EchoChunk/2), "x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c collector
-			res, err := Echo{}.Execute(context.Background(), Task{Text: tc.text, BudgetTokens: tc.budget}, c.emit)
+			res, err := Echo{Delay: tc.delay}.Execute(context.Background(), Task{Text: tc.text, BudgetTokens: tc.budget}, c.emit)
 			if err != nil {
 				t.Fatal(err)
 			}

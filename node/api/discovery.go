@@ -25,8 +25,8 @@ type DiscoveredPeer struct {
 	ID        string   `json:"id"`
 	Sources   []string `json:"sources"` // static, mdns, dnssd, dht, gossip
 	Addrs     []string `json:"addrs,omitempty"`
-	Trust     string   `json:"trust"`
-	Access    string   `json:"access"`
+	Trust     Trust    `json:"trust"`
+	Access    Access   `json:"access"`
 	Connected bool     `json:"connected"`
 	// Profiles are the profiles its verified capability assertion lists;
 	// empty when none is known.

@@ -7,10 +7,60 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
 )
 
 // Prefix is the path prefix of every route.
 const Prefix = "/api/v1/a2a"
+
+// The enums the API carries are the node's own typed values, which travel
+// in JSON as their names ("verified", "deny", "completed", "requester")
+// through MarshalText and UnmarshalText. They are named here so that a
+// client needs only this package.
+type (
+	// Trust is how far a node trusts a peer: untrusted, verified, trusted.
+	Trust = protocol.TrustLevel
+	// Access is a peer's allow/deny entry: none, allow, deny.
+	Access = store.Access
+	// State is a delegation's state: offered, running, completed, ...
+	State = protocol.State
+	// Role is this node's side of a delegation: requester or provider.
+	Role = store.Role
+)
+
+// The values clients compare against.
+const (
+	Untrusted = protocol.Untrusted
+	Verified  = protocol.Verified
+	Trusted   = protocol.Trusted
+
+	AccessNone  = store.AccessNone
+	AccessAllow = store.AccessAllow
+	AccessDeny  = store.AccessDeny
+
+	StateCompleted = protocol.StateCompleted
+
+	RoleRequester = store.RoleRequester
+	RoleProvider  = store.RoleProvider
+)
+
+// ParseTrust reads a trust level as a user writes it.
+func ParseTrust(s string) (Trust, error) {
+	var t Trust
+	if err := t.UnmarshalText([]byte(s)); err != nil {
+		return t, fmt.Errorf("trust level %q: want untrusted, verified or trusted", s)
+	}
+	return t, nil
+}
+
+// ParseState reads a delegation state as a user writes it.
+func ParseState(s string) (State, error) {
+	var st State
+	if err := st.UnmarshalText([]byte(s)); err != nil {
+		return st, fmt.Errorf("state %q: not a delegation state", s)
+	}
+	return st, nil
+}
 
 // NodeInfo is GET /node.
 type NodeInfo struct {
@@ -27,8 +77,8 @@ type Peer struct {
 	ID        string    `json:"id"`
 	Addrs     []string  `json:"addrs"`
 	Sources   []string  `json:"sources"`
-	Trust     string    `json:"trust"`
-	Access    string    `json:"access"`
+	Trust     Trust     `json:"trust"`
+	Access    Access    `json:"access"`
 	Connected bool      `json:"connected"`
 	LastSeen  time.Time `json:"last_seen,omitzero"`
 }
@@ -73,9 +123,9 @@ type Usage struct {
 // Delegation is GET /delegations/{id} and one entry of GET /delegations.
 type Delegation struct {
 	ID        string    `json:"id"`
-	Role      string    `json:"role"`
+	Role      Role      `json:"role"`
 	Profile   string    `json:"profile"`
-	State     string    `json:"state"`
+	State     State     `json:"state"`
 	Reason    string    `json:"reason,omitempty"`
 	Remote    bool      `json:"remote"`
 	Peer      string    `json:"peer,omitempty"`
@@ -101,7 +151,7 @@ type Event struct {
 	Seq      uint64    `json:"seq"`
 	At       time.Time `json:"at"`
 	Type     string    `json:"type"`
-	State    string    `json:"state"`
+	State    State     `json:"state"`
 	Partial  string    `json:"partial,omitempty"`
 	Progress uint32    `json:"progress_permille,omitempty"`
 	Terminal bool      `json:"terminal"`
@@ -113,7 +163,7 @@ type Proof struct {
 	Error       string    `json:"error,omitempty"`
 	Provider    string    `json:"provider,omitempty"`
 	Requester   string    `json:"requester,omitempty"`
-	State       string    `json:"state,omitempty"`
+	State       State     `json:"state,omitzero"`
 	Usage       Usage     `json:"usage"`
 	OfferSHA256 string    `json:"offer_sha256,omitempty"`
 	Transcript  string    `json:"transcript_sha256,omitempty"`
@@ -134,7 +184,7 @@ const (
 type ListQuery struct {
 	Limit  int       // the newest Limit matches; 0: DefaultListLimit
 	Since  time.Time // created at or after; zero: any time
-	States []string  // any of these states; none: every state
+	States []State   // any of these states; none: every state
 }
 
 // Values encodes q as a URL query.
@@ -147,14 +197,21 @@ func (q ListQuery) Values() url.Values {
 		v.Set("since", q.Since.Format(time.RFC3339Nano))
 	}
 	for _, s := range q.States {
-		v.Add("state", s)
+		v.Add("state", s.String())
 	}
 	return v
 }
 
 // ParseListQuery decodes and checks a GET /delegations query.
 func ParseListQuery(v url.Values) (ListQuery, error) {
-	q := ListQuery{Limit: DefaultListLimit, States: v["state"]}
+	q := ListQuery{Limit: DefaultListLimit}
+	for _, s := range v["state"] {
+		st, err := ParseState(s)
+		if err != nil {
+			return q, err
+		}
+		q.States = append(q.States, st)
+	}
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxListLimit {
@@ -177,19 +234,13 @@ type Error struct {
 	Error string `json:"error"`
 }
 
-// StateTerminal reports whether a state name is terminal.
-func StateTerminal(s string) bool {
-	var st protocol.State
-	return st.UnmarshalText([]byte(s)) == nil && st.Terminal()
-}
-
 // PeerChange is POST /peers/{id} (and DELETE /peers/{id} to forget one):
 // exactly one of Trust, Access or Remove.
 type PeerChange struct {
-	Trust  string `json:"trust,omitempty"`  // untrusted|verified|trusted
-	Access string `json:"access,omitempty"` // none|allow|deny
-	Remove bool   `json:"remove,omitempty"`
-	Origin string `json:"origin,omitempty"` // for the audit log; "api" if empty
+	Trust  *Trust  `json:"trust,omitempty"`  // untrusted|verified|trusted
+	Access *Access `json:"access,omitempty"` // none|allow|deny
+	Remove bool    `json:"remove,omitempty"`
+	Origin string  `json:"origin,omitempty"` // for the audit log; "api" if empty
 }
 
 // AuditEntry is one entry of GET /peers/log.
@@ -244,11 +295,11 @@ type Token struct {
 // <json>"): something happened to one of this node's delegations.
 type DelegationEvent struct {
 	ID       string    `json:"id"`
-	Role     string    `json:"role"`
+	Role     Role      `json:"role"`
 	Seq      uint64    `json:"seq"`
 	At       time.Time `json:"at"`
 	Type     string    `json:"type"`
-	State    string    `json:"state"`
+	State    State     `json:"state"`
 	Terminal bool      `json:"terminal"`
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/protocol"
 )
 
 // Options configure a run. The zero value runs the default bench.
@@ -36,7 +37,17 @@ type Options struct {
 	Dir string
 	// FsyncSamples is how many syncs the fsync probe times; 200 if 0.
 	FsyncSamples int
+	// Large lists the payload sizes of the large-payload phases (each
+	// copied over a bare stream, then delegated on every store kind);
+	// DefaultLarge if nil, none if empty and not nil.
+	Large []int
+	// LargeRuns is how many timed operations each large phase runs, after
+	// one uncounted; 3 if 0.
+	LargeRuns int
 }
+
+// DefaultLarge is the large payloads a run measures by default.
+var DefaultLarge = []int{1 << 20, 16 << 20}
 
 // Limits on Options, so that a typo cannot start ten thousand workers.
 const (
@@ -66,6 +77,12 @@ func (o *Options) setDefaults() {
 	if o.FsyncSamples == 0 {
 		o.FsyncSamples = 200
 	}
+	if o.Large == nil {
+		o.Large = DefaultLarge
+	}
+	if o.LargeRuns == 0 {
+		o.LargeRuns = 3
+	}
 }
 
 // Validate reports every problem with o at once.
@@ -92,6 +109,14 @@ func (o Options) Validate() error {
 	}
 	if o.FsyncSamples < 0 {
 		errs = append(errs, fmt.Errorf("bench: fsync samples %d: want at least 1", o.FsyncSamples))
+	}
+	for _, n := range o.Large {
+		if n < 1 || n > protocol.MaxPayload {
+			errs = append(errs, fmt.Errorf("bench: large payload %d bytes: want 1 to %d", n, protocol.MaxPayload))
+		}
+	}
+	if o.LargeRuns < 0 || o.LargeRuns > 1000 {
+		errs = append(errs, fmt.Errorf("bench: large runs %d: want 1 to 1000", o.LargeRuns))
 	}
 	return errors.Join(errs...)
 }
@@ -186,7 +211,11 @@ type Report struct {
 	Anatomy Anatomy `json:"anatomy"`
 	Phases  []Phase `json:"phases"`
 	Ratios  []Ratio `json:"ratios"`
-	Goals   []Goal  `json:"goals"`
+	// Large is the large-payload comparisons, one per Options.Large size.
+	Large []Large `json:"large,omitempty"`
+	// Envelope is the envelope's seal and open against raw AES-GCM.
+	Envelope *Envelope `json:"envelope,omitempty"`
+	Goals []Goal  `json:"goals"`
 }
 
 // Run measures, writing progress and then the report's table to w, and
@@ -223,7 +252,13 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 
 	slots := max(4, 2*slices.Max(opts.Concurrency))
 	r.Slots = slots
+	// The profile's budget cap admits the largest payload; each operation
+	// asks for what its own payload needs.
 	budget := max(executor.EstimateTokens(string(payloadText(opts.Payload))), 4096)
+	capBudget := budget
+	for _, n := range opts.Large {
+		capBudget = max(capBudget, executor.EstimateTokens(string(payloadText(n))))
+	}
 	sets := map[StoreKind]*engines{}
 	defer func() {
 		for _, k := range opts.Stores {
@@ -233,7 +268,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 		}
 	}()
 	for _, k := range opts.Stores {
-		e, err := startEngines(ctx, hp, k, dir, slots, budget)
+		e, err := startEngines(ctx, hp, k, dir, slots, budget, capBudget)
 		if err != nil {
 			return r, fmt.Errorf("bench: %s engines: %w", k, err)
 		}
@@ -300,8 +335,17 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 			r.Phases = append(r.Phases, p)
 		}
 	}
+	if r.Large, err = runLarge(ctx, w, opts, hp, sets); err != nil {
+		return r, err
+	}
+	env, err := measureEnvelope(w, opts)
+	if err != nil {
+		return r, fmt.Errorf("bench: envelope: %w", err)
+	}
+	r.Envelope = &env
 	r.Ratios = ratios(r.Phases)
-	r.Goals = append(goals(r), a2aGoal(r))
+	r.Goals = append(append(goals(r), a2aGoal(r)), largeGoals(r)...)
+	r.Goals = append(r.Goals, envelopeGoal(r))
 	fmt.Fprintln(w)
 	if err := r.WriteTable(w); err != nil {
 		return r, err

@@ -78,7 +78,7 @@ func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Strea
 // engineConfig is node.Run's engine config for the default node config,
 // except for the remote slots, which the bench sizes to its concurrency (a
 // default node has 4 and would answer busy beyond them).
-func engineConfig(id *crypto.Identity, st *store.Store, d hostDialer, slots int, budget uint64) delegation.Config {
+func engineConfig(id *crypto.Identity, st *store.Store, d hostDialer, slots int, capBudget uint64) delegation.Config {
 	cfg := config.Default()
 	l := cfg.Limits
 	echo := config.Profile{Name: "echo", Executor: config.ExecutorEcho}
@@ -92,7 +92,7 @@ func engineConfig(id *crypto.Identity, st *store.Store, d hostDialer, slots int,
 		Profiles: []delegation.Profile{{
 			Profile: protocol.Profile{
 				Name: echo.Name, Description: echo.Description, Skills: echo.Skills,
-				MaxBudgetTokens: max(budget, echo.EffectiveMaxBudgetTokens()),
+				MaxBudgetTokens: max(capBudget, echo.EffectiveMaxBudgetTokens()),
 			},
 			Timeout:  echo.EffectiveTimeout(l),
 			Executor: executor.Echo{},
@@ -127,7 +127,7 @@ func openStore(kind StoreKind, dir string) (*store.Store, error) {
 // returns once each engine has answered the other's capability query,
 // which also fills a's capability cache, so that no phase counts the
 // query Delegate makes once per peer per half TTL. Close stops them.
-func startEngines(ctx context.Context, hp *hostPair, kind StoreKind, dir string, slots int, budget uint64) (_ *engines, err error) {
+func startEngines(ctx context.Context, hp *hostPair, kind StoreKind, dir string, slots int, budget, capBudget uint64) (_ *engines, err error) {
 	e := &engines{kind: kind, peerB: hp.b.ID(), budget: budget}
 	defer func() {
 		if err != nil {
@@ -145,7 +145,7 @@ func startEngines(ctx context.Context, hp *hostPair, kind StoreKind, dir string,
 			return nil, err
 		}
 		s.side.st = st
-		eng, err := delegation.New(engineConfig(s.id, st, hostDialer{s.h, &e.streams}, slots, budget))
+		eng, err := delegation.New(engineConfig(s.id, st, hostDialer{s.h, &e.streams}, slots, capBudget))
 		if err != nil {
 			return nil, err
 		}
@@ -230,8 +230,13 @@ func (e *engines) Close() error {
 // delegate is one delegation operation: an echo of text from a to b,
 // followed to its end, checked to have completed with the text echoed.
 func (e *engines) delegate(ctx context.Context, text string) (protocol.DelegationID, error) {
+	return e.delegateBudget(ctx, text, e.budget)
+}
+
+// delegateBudget is delegate with the given token budget.
+func (e *engines) delegateBudget(ctx context.Context, text string, budget uint64) (protocol.DelegationID, error) {
 	id, err := e.a.eng.Delegate(ctx, delegation.Request{
-		Profile: "echo", Peer: e.peerB, BudgetTokens: e.budget, Timeout: ioTimeout,
+		Profile: "echo", Peer: e.peerB, BudgetTokens: budget, Timeout: ioTimeout,
 		Task: protocol.Task{Role: "user", Parts: []protocol.Part{protocol.TextPart(text)}},
 	})
 	if err != nil {

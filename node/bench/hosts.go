@@ -19,13 +19,14 @@ import (
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/node"
+	"github.com/kithmesh/kith/protocol"
 )
 
 // echoProtocol is the baseline's protocol: the bytes written come back.
 const echoProtocol = "/kith/bench-echo/1.0.0"
 
-// maxPayload bounds what the echo handler reads, and Options.Payload (an
-// in-memory store keeps a value of at most 512 KiB, JSON-encoded).
+// maxPayload bounds Options.Payload, the small operations' payload; the
+// large phases (Options.Large) carry up to protocol.MaxPayload.
 const maxPayload = 256 << 10
 
 // ioTimeout bounds each baseline stream, as the engine bounds its own.
@@ -115,7 +116,7 @@ func (hp *hostPair) Close() error {
 // side, then closes.
 func serveEcho(s network.Stream) {
 	_ = s.SetDeadline(time.Now().Add(ioTimeout))
-	if _, err := io.Copy(s, io.LimitReader(s, maxPayload)); err != nil {
+	if _, err := io.Copy(s, io.LimitReader(s, protocol.MaxPayload)); err != nil {
 		_ = s.Reset()
 		return
 	}
@@ -123,24 +124,32 @@ func serveEcho(s network.Stream) {
 }
 
 // echo is one baseline operation: open a stream from a to b, write the
-// payload, read it back, close.
+// payload, read it back, close. It reads while it writes, so that a
+// payload larger than the stream's flow-control window does not stall.
 func (hp *hostPair) echo(ctx context.Context, payload, buf []byte) error {
 	s, err := hp.a.NewStream(ctx, hp.b.ID(), echoProtocol)
 	if err != nil {
 		return err
 	}
 	_ = s.SetDeadline(time.Now().Add(ioTimeout))
-	if _, err := s.Write(payload); err != nil {
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.Write(payload)
+		if err == nil {
+			err = s.CloseWrite()
+		}
+		wrote <- err
+	}()
+	_, rerr := io.ReadFull(s, buf[:len(payload)])
+	if rerr != nil {
+		_ = s.Reset()
+	}
+	if err := <-wrote; err != nil {
 		_ = s.Reset()
 		return err
 	}
-	if err := s.CloseWrite(); err != nil {
-		_ = s.Reset()
-		return err
-	}
-	if _, err := io.ReadFull(s, buf[:len(payload)]); err != nil {
-		_ = s.Reset()
-		return fmt.Errorf("echo: %w", err)
+	if rerr != nil {
+		return fmt.Errorf("echo: %w", rerr)
 	}
 	if !bytes.Equal(buf[:len(payload)], payload) {
 		_ = s.Reset()

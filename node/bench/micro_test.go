@@ -38,7 +38,7 @@ func BenchmarkDelegation(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer hp.Close()
-				e, err := startEngines(context.Background(), hp, k, b.TempDir(), 2*conc, 4096)
+				e, err := startEngines(context.Background(), hp, k, b.TempDir(), 2*conc, 4096, 4096)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -14,8 +14,9 @@ import (
 const (
 	goalOverheadX       = 3.0 // in-memory delegation p50 ≤ 3× bare echo p50
 	goalThroughputConc  = 64
-	goalThroughputOps   = 2000.0 // durable delegations per second at 64 concurrent
-	goalThroughputCores = 2      // the machine size the throughput goal is set for
+	goalThroughputOps   = 2000.0           // durable delegations per second at 64 concurrent
+	goalThroughputCores = 2                // the machine size the throughput goal is set for
+	goalCPUPerOp        = time.Millisecond // CPU per durable delegation at 64 concurrent, both sides
 )
 
 func (r Report) phase(name PhaseName, k StoreKind, conc int) (Phase, bool) {
@@ -113,6 +114,23 @@ func goals(r Report) []Goal {
 	} else {
 		g.Status = GoalNotMeasured
 	}
+	out = append(out, g)
+
+	g = Goal{
+		Name:   fmt.Sprintf("CPU per durable delegation, both sides (concurrency %d)", goalThroughputConc),
+		Target: "≤ " + fmtDur(goalCPUPerOp),
+		Limit:  goalCPUPerOp.Seconds(),
+	}
+	if dur, ok := r.phase(PhaseDelegation, StoreDurable, goalThroughputConc); ok && dur.CPUPerOp > 0 {
+		g.Value = dur.CPUPerOp.Seconds()
+		g.Measured = fmtDur(dur.CPUPerOp)
+		if b, ok := r.phase(PhaseBareEcho, "", goalThroughputConc); ok && b.CPUPerOp > 0 {
+			g.Measured += fmt.Sprintf(" (%.1f× a bare echo's %s)", float64(dur.CPUPerOp)/float64(b.CPUPerOp), fmtDur(b.CPUPerOp))
+		}
+		g.Status = judge(g.Value <= g.Limit, dur)
+	} else {
+		g.Status = GoalNotMeasured
+	}
 	return append(out, g)
 }
 
@@ -191,6 +209,10 @@ func (r Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f×\t%.2f×\t%.2f×\t\n", x.Store, x.Concurrency, x.P50, x.P99, x.Throughput)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if err := writeLarge(w, r); err != nil {
 		return err
 	}
 

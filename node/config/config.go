@@ -1,7 +1,6 @@
 package config
 
 import (
-	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -46,11 +45,11 @@ type Config struct {
 
 	// LogLevel is the lowest level logged: "debug", "info", "warn" or
 	// "error". Default: "info".
-	LogLevel string `toml:"log_level"`
+	LogLevel LogLevel `toml:"log_level"`
 
 	// LogFormat is how log records are written to stderr: "text"
 	// (key=value) or "json" (one object a line). Default: "text".
-	LogFormat string `toml:"log_format"`
+	LogFormat LogFormat `toml:"log_format"`
 
 	// Store configures the database ([store]).
 	Store Store `toml:"store"`
@@ -95,7 +94,7 @@ type Store struct {
 	// that debugging kith does not drown in it: "debug", "info", "warn" or
 	// "error". Default: "warn". (Not "log_level": that name here is the
 	// usual slip of a top-level key below [store], which stays an error.)
-	DBLogLevel string `toml:"db_log_level"`
+	DBLogLevel LogLevel `toml:"db_log_level"`
 }
 
 // Policy is the [policy] table.
@@ -104,13 +103,13 @@ type Policy struct {
 	// "allowlist": only peers allowed with "kith peers allow" may connect
 	// (others are refused during the handshake). Denied peers are refused
 	// in both. Default: "open".
-	Mode string `toml:"mode"`
+	Mode PolicyMode `toml:"mode"`
 
 	// QueryTrust is the lowest trust level ("untrusted", "verified",
 	// "trusted") whose capability queries are answered. Default:
 	// "untrusted". Which level may use a profile is the profile's
 	// min_trust.
-	QueryTrust string `toml:"query_trust"`
+	QueryTrust Trust `toml:"query_trust"`
 }
 
 // GPU is the [gpu] table.
@@ -155,7 +154,7 @@ type Discovery struct {
 	// DHT is the private Kademlia DHT's mode: "auto" (server unless
 	// AutoNAT finds the node private, so every node of a LAN serves),
 	// "server", "client", or "off". Default: "auto".
-	DHT string `toml:"dht"`
+	DHT DHTMode `toml:"dht"`
 
 	// Gossip publishes this node's signed capability advert with its load
 	// on the topic of each profile it offers (/kith/capabilities/1/<hash>)
@@ -196,14 +195,6 @@ type Discovery struct {
 	ConnsHigh int `toml:"conns_high"`
 }
 
-// DHT modes.
-const (
-	DHTAuto   = "auto"
-	DHTServer = "server"
-	DHTClient = "client"
-	DHTOff    = "off"
-)
-
 // NAT is the [nat] table.
 type NAT struct {
 	// Relays are circuit relay v2 nodes this node reserves a slot on when
@@ -241,12 +232,6 @@ type NAT struct {
 	// each direction, in MiB. Default: 64.
 	RelayCircuitMiB int `toml:"relay_circuit_mib"`
 }
-
-// Policy modes.
-const (
-	PolicyOpen      = "open"
-	PolicyAllowlist = "allowlist"
-)
 
 // Limits is the [limits] table.
 type Limits struct {
@@ -325,26 +310,6 @@ type Limits struct {
 	ReplayCacheEntries int `toml:"replay_cache_entries"`
 }
 
-// Executor names what runs the work behind a profile.
-type Executor string
-
-// The executors a profile may name.
-const (
-	// ExecutorEcho returns the task as the result; for demos and tests.
-	ExecutorEcho Executor = "echo"
-	// ExecutorExec runs a command with the task on stdin and takes the
-	// result from stdout.
-	ExecutorExec Executor = "exec"
-	// ExecutorOpenAI sends the task to an OpenAI-compatible chat endpoint
-	// (Ollama, vLLM, llama.cpp server, ...).
-	ExecutorOpenAI Executor = "openai"
-	// ExecutorA2A forwards the task to an A2A agent by URL.
-	ExecutorA2A Executor = "a2a"
-)
-
-// executors lists the valid executors, in the order messages name them.
-var executors = []Executor{ExecutorEcho, ExecutorExec, ExecutorOpenAI, ExecutorA2A}
-
 // Profile is one [[profiles]] entry: a named kind of work this node offers
 // to itself and to its peers. The fields after VRAMMiB belong to one
 // executor each; setting one for another executor is an error.
@@ -385,7 +350,7 @@ type Profile struct {
 	// executor (see Trust). A peer becomes verified when the user adds or
 	// allows it ("kith peers add", "kith peers allow"); peers found by
 	// discovery stay untrusted.
-	MinTrust string `toml:"min_trust"`
+	MinTrust Trust `toml:"min_trust"`
 
 	// Command is the exec executor's argv: the task arrives on stdin, the
 	// result is read from stdout. Required for exec, with a non-empty first
@@ -426,11 +391,11 @@ func Default() Config {
 			"/ip4/0.0.0.0/tcp/4001",
 			"/ip4/0.0.0.0/udp/4001/quic-v1",
 		},
-		LogLevel:  "info",
+		LogLevel:  LogInfo,
 		LogFormat: LogFormatText,
 		Store: Store{
 			Durable:    true,
-			DBLogLevel: "warn",
+			DBLogLevel: LogWarn,
 		},
 		Limits: Limits{
 			MaxFrameBytes:        protocol.DefaultMaxFrame,
@@ -450,7 +415,7 @@ func Default() Config {
 			MaxConnsPerPeer:      8,
 			MaxMemoryPerPeerMiB:  64,
 		},
-		Policy: Policy{Mode: PolicyOpen, QueryTrust: "untrusted"},
+		Policy: Policy{Mode: PolicyOpen, QueryTrust: TrustUntrusted},
 		API:    API{MaxBodyBytes: 1 << 20},
 		GPU:    GPU{HeadroomMiB: 512, ReofferPreempted: true},
 		Discovery: Discovery{
@@ -503,32 +468,6 @@ func underHome(home, p, def string) string {
 	}
 }
 
-// The log formats LogFormat may name.
-const (
-	LogFormatText = "text"
-	LogFormatJSON = "json"
-)
-
-// SlogLevel returns LogLevel as a slog.Level; an invalid level (which
-// Validate rejects) reads as info.
-func (c Config) SlogLevel() slog.Level { return ParseLogLevel(c.LogLevel) }
-
-// ParseLogLevel reads a log level name; an invalid one (which Validate
-// rejects) reads as info.
-func ParseLogLevel(s string) slog.Level {
-	if l, ok := logLevels[s]; ok {
-		return l
-	}
-	return slog.LevelInfo
-}
-
-var logLevels = map[string]slog.Level{
-	"debug": slog.LevelDebug,
-	"info":  slog.LevelInfo,
-	"warn":  slog.LevelWarn,
-	"error": slog.LevelError,
-}
-
 // Profile returns the profile named name.
 func (c Config) Profile(name string) (Profile, bool) {
 	for _, p := range c.Profiles {
@@ -567,18 +506,11 @@ func (p Profile) EffectiveTimeout(l Limits) time.Duration {
 // API key, another agent) that a stranger on the same LAN, found by mDNS,
 // must not get by default.
 func (p Profile) Trust() protocol.TrustLevel {
-	if p.MinTrust == "" {
+	if p.MinTrust == TrustDefault {
 		if p.Executor == ExecutorEcho {
 			return protocol.Untrusted
 		}
 		return protocol.Verified
 	}
-	t, _ := protocol.ParseTrustLevel(p.MinTrust)
-	return t
-}
-
-// QueryTrustLevel returns QueryTrust as a level.
-func (p Policy) QueryTrustLevel() protocol.TrustLevel {
-	t, _ := protocol.ParseTrustLevel(p.QueryTrust)
-	return t
+	return p.MinTrust.Level()
 }

@@ -27,7 +27,7 @@ func TestDefaultValues(t *testing.T) {
 		"listen":                        []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1"},
 		"peers":                         []string(nil),
 		"api_socket":                    "",
-		"log_level":                     "info",
+		"log_level":                     LogInfo,
 		"store.durable":                 true,
 		"store.path":                    "",
 		"limits.max_frame_bytes":        4 << 20,
@@ -128,10 +128,12 @@ func TestLookupsAndLevels(t *testing.T) {
 	if _, ok := c.Profile("nope"); ok {
 		t.Error("Profile(nope) found something")
 	}
-	for level, want := range map[string]string{"debug": "DEBUG", "info": "INFO", "warn": "WARN", "error": "ERROR", "bogus": "INFO"} {
-		c.LogLevel = level
-		if got := c.SlogLevel().String(); got != want {
-			t.Errorf("SlogLevel for %q = %s, want %s", level, got, want)
+	for level, want := range map[string]string{"debug": "DEBUG", "info": "INFO", "warn": "WARN", "error": "ERROR"} {
+		if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.LogLevel.Slog().String(); got != want {
+			t.Errorf("Slog() for %q = %s, want %s", level, got, want)
 		}
 	}
 }
@@ -273,8 +275,8 @@ func TestProfileTrustDefaults(t *testing.T) {
 		{Profile{Executor: ExecutorExec}, protocol.Verified},
 		{Profile{Executor: ExecutorOpenAI}, protocol.Verified},
 		{Profile{Executor: "a2a"}, protocol.Verified}, // any executor added later
-		{Profile{Executor: ExecutorExec, MinTrust: "untrusted"}, protocol.Untrusted},
-		{Profile{Executor: ExecutorEcho, MinTrust: "trusted"}, protocol.Trusted},
+		{Profile{Executor: ExecutorExec, MinTrust: TrustUntrusted}, protocol.Untrusted},
+		{Profile{Executor: ExecutorEcho, MinTrust: TrustTrusted}, protocol.Trusted},
 	} {
 		if got := tt.p.Trust(); got != tt.want {
 			t.Errorf("executor %q min_trust %q: Trust() = %v, want %v", tt.p.Executor, tt.p.MinTrust, got, tt.want)

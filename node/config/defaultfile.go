@@ -42,9 +42,9 @@ func DefaultFile(listen []string) []byte {
 	w.show("api_socket", tomlString(d.APISocket))
 	w.blank()
 	w.comment("Lowest level logged: \"debug\", \"info\", \"warn\" or \"error\".")
-	w.show("log_level", tomlString(d.LogLevel))
+	w.show("log_level", tomlString(d.LogLevel.String()))
 	w.comment("How log records are written: \"text\" (key=value) or \"json\" (one object a line).")
-	w.show("log_format", tomlString(d.LogFormat))
+	w.show("log_format", tomlString(d.LogFormat.String()))
 	w.blank()
 
 	w.line("[store]")
@@ -56,7 +56,7 @@ func DefaultFile(listen []string) []byte {
 	w.show("path", tomlString(d.Store.Path))
 	w.comment("Lowest level of the database's own log (badger), apart from log_level:")
 	w.comment("\"debug\", \"info\", \"warn\" or \"error\".")
-	w.show("db_log_level", tomlString(d.Store.DBLogLevel))
+	w.show("db_log_level", tomlString(d.Store.DBLogLevel.String()))
 	w.blank()
 
 	l := d.Limits
@@ -101,10 +101,10 @@ func DefaultFile(listen []string) []byte {
 	w.line("[policy]")
 	w.comment("\"open\": any peer that is not denied may connect. \"allowlist\": only peers")
 	w.comment("allowed with \"kith peers allow ID\" may connect. Denied peers never may.")
-	w.show("mode", tomlString(d.Policy.Mode))
+	w.show("mode", tomlString(d.Policy.Mode.String()))
 	w.comment("Lowest trust level whose capability queries are answered: \"untrusted\",")
 	w.comment("\"verified\" or \"trusted\" (set with \"kith peers trust ID LEVEL\").")
-	w.show("query_trust", tomlString(d.Policy.QueryTrust))
+	w.show("query_trust", tomlString(d.Policy.QueryTrust.String()))
 	w.blank()
 
 	w.line("[gpu]")
@@ -131,7 +131,7 @@ func DefaultFile(listen []string) []byte {
 	w.show("dnssd_interval", tomlString(ds.DNSSDInterval.String()))
 	w.comment("Private Kademlia DHT mode: \"auto\" (server unless AutoNAT finds the node")
 	w.comment("private: every node of a LAN serves), \"server\", \"client\" or \"off\".")
-	w.show("dht", tomlString(ds.DHT))
+	w.show("dht", tomlString(ds.DHT.String()))
 	w.comment("Publish this node's signed capability advert, with its load, over gossipsub,")
 	w.comment("on one topic per profile (docs/scale.md).")
 	w.show("gossip", fmt.Sprint(ds.Gossip))
@@ -235,7 +235,7 @@ func (w *fileWriter) profile(p Profile) {
 	w.setOrShow(p.Description != "", "description", tomlString(p.Description))
 	w.comment("Free-form tags peers can search for.")
 	w.setOrShow(len(p.Skills) > 0, "skills", tomlArray(p.Skills))
-	w.comment("What runs the work: " + executorList() + ".")
+	w.comment("What runs the work: " + executors.allowed() + ".")
 	w.set("executor", tomlString(string(p.Executor)))
 	w.comment("Largest token budget an offer may name; 0 also means the default.")
 	if p.MaxBudgetTokens != 0 {
@@ -249,7 +249,7 @@ func (w *fileWriter) profile(p Profile) {
 	w.setOrShow(p.VRAMMiB != 0, "vram_mib", fmt.Sprint(p.VRAMMiB))
 	w.comment("Lowest trust a peer needs to use this profile: \"untrusted\", \"verified\" or")
 	w.comment("\"trusted\". \"\" means \"untrusted\" for executor \"echo\", \"verified\" for every other.")
-	w.setOrShow(p.MinTrust != "", "min_trust", tomlString(p.MinTrust))
+	w.setOrShow(p.MinTrust != TrustDefault, "min_trust", tomlString(p.MinTrust.String()))
 	w.blank()
 }
 

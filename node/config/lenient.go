@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding"
 	"fmt"
 	"reflect"
 	"slices"
@@ -11,18 +12,15 @@ import (
 )
 
 // decodeLeniently is parse's second pass when strict decoding stopped at a
-// value of the wrong type: go-toml reports only the first such value, and
-// a user fixing a file one error per run deserves better. It reads the
-// document into plain maps (which only a syntax error can fail), checks
-// every key against the schema, drops the keys it finds wrong (each a
-// KeyError), and decodes what is left onto Default() so that the rest can
-// be validated too.
-//
-// first is the problem strict decoding reported; it replaces the pass's own
-// report of the same key, since go-toml knows its exact line. ok is false
-// when the pass cannot account for the strict error (a syntax error, or a
-// problem this check does not know): parse then reports first alone.
-func decodeLeniently(data []byte, idx keyIndex, first *KeyError) (c Config, errs []*KeyError, ok bool) {
+// value of the wrong type, or one its type refused: go-toml reports only
+// the first such value, and a user fixing a file one error per run
+// deserves better. It reads the document into plain maps (which only a
+// syntax error can fail), checks every key against the schema, drops the
+// keys it finds wrong (each a KeyError at the position of its value), and
+// decodes what is left onto Default() so that the rest can be validated
+// too. ok is false when the pass finds nothing wrong, or cannot read the
+// document: parse then reports go-toml's error alone.
+func decodeLeniently(data []byte, idx keyIndex) (c Config, errs []*KeyError, ok bool) {
 	var doc map[string]any
 	if err := toml.Unmarshal(data, &doc); err != nil {
 		return Config{}, nil, false
@@ -31,11 +29,6 @@ func decodeLeniently(data []byte, idx keyIndex, first *KeyError) (c Config, errs
 	checkTable(doc, "", idx, &found)
 	if len(found) == 0 {
 		return Config{}, nil, false
-	}
-	for i, e := range found {
-		if e.Key == first.Key {
-			found[i] = first
-		}
 	}
 	rest, err := toml.Marshal(doc)
 	if err != nil {
@@ -73,107 +66,128 @@ func checkTable(t map[string]any, prefix string, idx keyIndex, out *[]*KeyError)
 		info, known := schema[stripIndexes(key)]
 		if !known {
 			path := strings.Split(stripIndexes(key), ".")
-			*out = append(*out, &KeyError{Line: idx.lineOf(key), Key: key, Msg: "unknown key" + suggest(path), Err: ErrUnknownKey})
+			kp := idx.keyPos(key)
+			*out = append(*out, &KeyError{Line: kp.line, Column: kp.col, Key: key, Msg: "unknown key" + suggest(path), Err: ErrUnknownKey})
 			delete(t, k)
 			continue
 		}
-		if msg := checkValue(t[k], info, key, idx, out); msg != "" {
-			*out = append(*out, &KeyError{Line: idx.lineOf(key), Key: key, Msg: msg, Err: ErrSyntax})
+		if e := checkValue(t[k], info, key, idx, out); e != nil {
+			*out = append(*out, e)
 			delete(t, k)
 		}
 	}
 }
 
-// checkValue says what is wrong with v as the value of key, "" if nothing;
-// tables and arrays of tables are checked key by key instead.
-func checkValue(v any, info keyInfo, key string, idx keyIndex, out *[]*KeyError) string {
+// checkValue says what is wrong with v as the value of key, nil if
+// nothing; tables and arrays of tables are checked key by key instead.
+func checkValue(v any, info keyInfo, key string, idx keyIndex, out *[]*KeyError) *KeyError {
 	t := info.typ
 	switch {
+	case isText(t):
 	case t.Kind() == reflect.Struct:
 		sub, ok := v.(map[string]any)
 		if !ok {
-			return wrongType(info, v)
+			return idx.keyError(key, ErrSyntax, wrongType(info, v))
 		}
 		checkTable(sub, key, idx, out)
-		return ""
+		return nil
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
 		elems, ok := v.([]any)
 		if !ok {
-			return wrongType(info, v)
+			return idx.keyError(key, ErrSyntax, wrongType(info, v))
 		}
 		for i, e := range elems {
+			ek := fmt.Sprintf("%s[%d]", key, i)
 			sub, ok := e.(map[string]any)
 			if !ok {
-				return fmt.Sprintf("wrong type: want %s, got an element that is a TOML %s", info.want, tomlTypeOf(e))
+				return idx.keyError(ek, ErrSyntax, "wrong type: want a table, got a TOML "+tomlTypeOf(e))
 			}
-			checkTable(sub, fmt.Sprintf("%s[%d]", key, i), idx, out)
+			checkTable(sub, ek, idx, out)
 		}
-		return ""
+		return nil
 	case t.Kind() == reflect.Slice:
 		elems, ok := v.([]any)
 		if !ok {
-			return wrongType(info, v)
+			return idx.keyError(key, ErrSyntax, wrongType(info, v))
 		}
 		for i, e := range elems {
-			if msg := checkScalar(e, t.Elem(), info); msg != "" {
-				return fmt.Sprintf("element %d: %s", i, msg)
+			if msg, kind := checkScalar(e, t.Elem(), keyInfo{want: tomlType("", t.Elem())}); msg != "" {
+				return idx.keyError(fmt.Sprintf("%s[%d]", key, i), kind, msg)
 			}
 		}
-		return ""
+		return nil
 	}
-	return checkScalar(v, t, info)
+	if msg, kind := checkScalar(v, t, info); msg != "" {
+		return idx.keyError(key, kind, msg)
+	}
+	return nil
 }
 
-func checkScalar(v any, t reflect.Type, info keyInfo) string {
-	if t == reflect.TypeFor[Duration]() {
+// checkScalar says what is wrong with one value, and what kind of problem
+// that is: a TOML type that cannot be the key's is ErrSyntax, a value its
+// type refuses (a misspelt level, a duration without a unit, a negative
+// count) is ErrInvalid.
+func checkScalar(v any, t reflect.Type, info keyInfo) (string, error) {
+	if isText(t) {
 		s, ok := v.(string)
 		if !ok {
-			return wrongType(info, v)
+			return wrongType(info, v), ErrSyntax
 		}
-		var d Duration
-		if err := d.UnmarshalText([]byte(s)); err != nil {
-			return err.Error()
+		if err := reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+			return err.Error(), ErrInvalid
 		}
-		return ""
+		return "", nil
 	}
 	switch t.Kind() {
 	case reflect.String:
 		if _, ok := v.(string); !ok {
-			return wrongType(info, v)
+			return wrongType(info, v), ErrSyntax
 		}
 	case reflect.Bool:
 		if _, ok := v.(bool); !ok {
-			return wrongType(info, v)
+			return wrongType(info, v), ErrSyntax
 		}
 	case reflect.Float32, reflect.Float64:
 		switch v.(type) {
 		case float64, int64:
 		default:
-			return wrongType(info, v)
+			return wrongType(info, v), ErrSyntax
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, ok := v.(int64)
 		if !ok {
-			return wrongType(info, v)
+			return wrongType(info, v), ErrSyntax
 		}
 		if reflect.Zero(t).OverflowInt(n) {
-			return fmt.Sprintf("%d is out of range", n)
+			return fmt.Sprintf("%d is out of range", n), ErrInvalid
 		}
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		n, ok := v.(int64)
 		if !ok {
-			return wrongType(info, v)
+			return wrongType(info, v), ErrSyntax
 		}
 		if n < 0 {
-			return fmt.Sprintf("%d is negative; want 0 or more", n)
+			return fmt.Sprintf("%d is negative; want 0 or more", n), ErrInvalid
 		}
 		if reflect.Zero(t).OverflowUint(uint64(n)) {
-			return fmt.Sprintf("%d is out of range", n)
+			return fmt.Sprintf("%d is out of range", n), ErrInvalid
 		}
 	default:
-		return fmt.Sprintf("cannot check a value of Go type %s", t) // a config type this check does not know
+		return fmt.Sprintf("cannot check a value of Go type %s", t), ErrSyntax // a config type this check does not know
 	}
-	return ""
+	return "", nil
+}
+
+// isText reports whether values of t decode themselves from a TOML string
+// (durations and the enums).
+func isText(t reflect.Type) bool {
+	return reflect.PointerTo(t).Implements(reflect.TypeFor[encoding.TextUnmarshaler]())
+}
+
+// keyError is a problem about key, at the position the document sets it.
+func (idx keyIndex) keyError(key string, kind error, msg string) *KeyError {
+	p := idx.posOf(key)
+	return &KeyError{Line: p.line, Column: p.col, Key: key, Msg: msg, Err: kind}
 }
 
 func wrongType(info keyInfo, v any) string {
@@ -192,6 +206,14 @@ func tomlTypeOf(v any) string {
 	case bool:
 		return "boolean"
 	case []any:
+		for _, e := range v.([]any) {
+			if _, ok := e.(map[string]any); !ok {
+				return "array"
+			}
+		}
+		if len(v.([]any)) > 0 {
+			return "array of tables"
+		}
 		return "array"
 	case map[string]any:
 		return "table"

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 )
 
 // Load reads the config file at path, decodes it on top of Default() and
@@ -55,99 +55,104 @@ func parse(data []byte) (Config, []*KeyError) {
 
 	var errs []*KeyError
 	var strict *toml.StrictMissingError
-	var decode *toml.DecodeError
 	switch {
 	case err == nil:
 	case errors.As(err, &strict):
 		// go-toml decodes the whole document before it reports unknown
 		// keys, so the rest of the config is complete and worth validating.
 		for i := range strict.Errors {
-			errs = append(errs, unknownKey(&strict.Errors[i], idx))
+			errs = append(errs, unknownKey(data, &strict.Errors[i], idx))
 		}
+	case len(idx.repeats) > 0:
+		// go-toml names a key set twice by its last part, with no position;
+		// the index has both.
+		return Config{}, idx.repeats
 	default:
-		// A value of the wrong type stops go-toml at the first one; a
-		// second, lenient pass finds the others and decodes the rest.
-		var first *KeyError
-		if errors.As(err, &decode) {
-			first = syntaxError(decode, idx)
-		} else {
-			first = plainError(err, idx)
-		}
-		lc, lerrs, ok := decodeLeniently(data, idx, first)
+		// A value of the wrong type (or one its type refuses) stops go-toml
+		// at the first one; a second, lenient pass finds them all, and
+		// decodes the rest. Anything it cannot account for is a syntax
+		// error, which comes alone.
+		lc, lerrs, ok := decodeLeniently(data, idx)
 		if !ok {
-			return Config{}, []*KeyError{first}
+			return Config{}, []*KeyError{decodeFailure(data, err, idx)}
 		}
 		c, errs = lc, lerrs
 	}
 
+	reported := make(map[string]bool, len(errs))
+	for _, e := range errs {
+		reported[e.Key] = true
+	}
 	for _, p := range c.validate() {
-		p.Line = idx.lineOf(p.Key)
+		if reported[p.Key] {
+			continue // decoding refused the key's value; its default stands in
+		}
+		at := idx.posOf(p.Key)
+		p.Line, p.Column = at.line, at.col
 		errs = append(errs, p)
 	}
 	return c, errs
 }
 
-func unknownKey(e *toml.DecodeError, idx keyIndex) *KeyError {
+func unknownKey(data []byte, e *toml.DecodeError, idx keyIndex) *KeyError {
 	line, col := e.Position()
 	path := []string(e.Key())
 	key := strings.Join(path, ".")
-	// The index knows which [[profiles]] entry the line is in; go-toml's
-	// key does not. Use the indexed form when both name the same key.
-	if k := idx.keyAt(line); k != "" && stripIndexes(k) == key {
+	// The index knows which [[profiles]] entry the key is in, and where the
+	// key itself starts; go-toml's key does not, and its position is the
+	// value's. Use the index when both name the same key.
+	if k := idx.keyAt(data, line, col); k != "" && stripIndexes(k) == key {
 		key = k
+		if p := idx.keyPos(k); p.line > 0 {
+			line, col = p.line, p.col
+		}
 	}
 	return &KeyError{Line: line, Column: col, Key: key, Msg: "unknown key" + suggest(path), Err: ErrUnknownKey}
 }
 
-// typeErrRe matches go-toml's message for a value of the wrong type, which
-// names the Go field ("config.Limits.MaxFrameBytes") rather than the key.
-var typeErrRe = regexp.MustCompile(`^cannot decode TOML ([\w ]+) into struct field \w+\.(\w+\.\w+) of type \S+$`)
-
-func syntaxError(e *toml.DecodeError, idx keyIndex) *KeyError {
-	line, col := e.Position()
-	msg := strings.TrimPrefix(e.Error(), "toml: ")
-	key := idx.keyAt(line)
-	if m := typeErrRe.FindStringSubmatch(msg); m != nil {
-		if k, ok := goFields[m[2]]; ok {
-			msg = fmt.Sprintf("wrong type: want %s, got a TOML %s", schema[k].want, m[1])
-			if stripIndexes(key) != k {
-				key = k // the scan guessed wrong; the field is certain
-			}
-		}
-	}
-	return &KeyError{Line: line, Column: col, Key: key, Msg: msg, Err: ErrSyntax}
-}
-
-var (
-	repeatedRe = regexp.MustCompile(`^(?:key (\S+) is already defined|table (\S+) already exists)$`)
-	negativeRe = regexp.MustCompile(`^negative number (-\d+) does not fit in an? \w+$`)
-)
-
-// plainError places the errors that go-toml reports without a position,
-// where the index can tell which key they are about.
-func plainError(err error, idx keyIndex) *KeyError {
-	msg := strings.TrimPrefix(err.Error(), "toml: ")
-	ke := &KeyError{Msg: msg, Err: ErrSyntax}
-	if m := repeatedRe.FindStringSubmatch(msg); m != nil {
-		ke.Key, ke.Msg = m[1]+m[2], "set twice"
-		if e, ok := idx.repeated(ke.Key); ok {
-			ke.Key, ke.Line = e.key, e.line
-		}
-	}
-	if m := typeErrRe.FindStringSubmatch(msg); m != nil {
-		if k, ok := goFields[m[2]]; ok {
-			ke.Key, ke.Line = k, idx.lineOf(k)
-			ke.Msg = fmt.Sprintf("wrong type: want %s, got a TOML %s", schema[k].want, m[1])
-		}
-	}
-	if m := negativeRe.FindStringSubmatch(msg); m != nil {
-		for _, e := range idx.entries {
-			k, ok := schema[stripIndexes(e.key)]
-			if v := strings.Fields(e.value); ok && k.unsigned && len(v) > 0 && v[0] == m[1] {
-				ke.Key, ke.Line, ke.Msg = e.key, e.line, m[1]+" is negative; want 0 or more"
-				break
-			}
+// decodeFailure reports a decoding error that the lenient pass could not
+// account for: a TOML syntax error, at go-toml's position, naming the key
+// it is in when there is one.
+func decodeFailure(data []byte, err error, idx keyIndex) *KeyError {
+	ke := &KeyError{Msg: strings.TrimPrefix(err.Error(), "toml: "), Err: ErrSyntax}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		ke.Line, ke.Column = de.Position()
+		if ke.Key = failedKey(data, ke.Line, idx); ke.Key == "" {
+			ke.Key = idx.keyAt(data, ke.Line, ke.Column)
 		}
 	}
 	return ke
+}
+
+// failedKey names the key whose value a syntax error on line broke. go-toml's
+// parser keeps no part of an expression it could not finish, so this asks it
+// about each line from the one after the last key it read down to the error,
+// with the value replaced: the first that reads as "key = value" is the key.
+func failedKey(data []byte, line int, idx keyIndex) string {
+	first := 1
+	if n := len(idx.entries); n > 0 {
+		last := idx.entries[n-1]
+		first = bytes.Count(data[:last.offset], []byte("\n")) + 2
+	}
+	lines := bytes.Split(data, []byte("\n"))
+	for l := first; l <= line && l <= len(lines); l++ {
+		k, _, ok := bytes.Cut(lines[l-1], []byte("="))
+		if !ok {
+			continue
+		}
+		var p unstable.Parser
+		p.Reset(append(bytes.Clone(k), " = 0"...))
+		if p.NextExpression() && p.Expression().Kind == unstable.KeyValue {
+			parts := []string{}
+			for it := p.Expression().Key(); it.Next(); {
+				parts = append(parts, string(it.Node().Data))
+			}
+			if idx.table != "" {
+				parts = append([]string{idx.table}, parts...)
+			}
+			return strings.Join(parts, ".")
+		}
+	}
+	return ""
 }

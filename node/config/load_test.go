@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kithmesh/kith/protocol"
 )
 
 func writeConfig(t *testing.T, doc string) string {
@@ -63,7 +65,7 @@ timeout = "90s"
 	}
 	want := Default()
 	want.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	want.LogLevel = "debug"
+	want.LogLevel = LogDebug
 	want.Store.Durable = false
 	want.Limits.MaxTimeout = Duration(2 * time.Hour)
 	want.Profiles = []Profile{{Name: "sum", Executor: ExecutorExec, Command: []string{"/usr/bin/sum"}, Timeout: Duration(90 * time.Second)}}
@@ -107,7 +109,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"unknown table", "[limit]\nmax_timeout = \"1m\"\n", "limit", 1, `did you mean "limits"?`},
 		{"in first profile", "[[profiles]]\nname = \"a\"\nexecutor = \"echo\"\nskill = [\"x\"]\n", "profiles[0].skill", 4, `did you mean "skills"?`},
 		{"in second profile", "[[profiles]]\nname = \"a\"\nexecutor = \"echo\"\n\n[[profiles]]\nname = \"b\"\nexecutor = \"echo\"\nflavour = \"x\"\n", "profiles[1].flavour", 8, ""},
-		{"in inline profile", "profiles = [{name = \"a\", executor = \"echo\", colour = \"x\"}]\n", "profiles.colour", 1, ""},
+		{"in inline profile", "profiles = [{name = \"a\", executor = \"echo\", colour = \"x\"}]\n", "profiles[0].colour", 1, ""},
 		{"top-level key under a table", "[store]\nlog_level = \"debug\"\n", "store.log_level", 2, "log_level is a top-level key: move it above the first [table]"},
 		{"table key at top level", "durable = false\n", "durable", 1, "durable belongs in [store]"},
 	}
@@ -162,9 +164,9 @@ comand = ["/bin/cat"]
 	}
 	want := []string{
 		path + `:14:1: profiles[1].comand: unknown key; did you mean "command"?`,
-		path + `:1: log_level: "chatty" is not a level`,
-		path + `:4: limits.max_remote_concurrent: 0; want at least 1`,
-		path + `:11: profiles[1].command: required when executor = "exec"`, // the profile's header
+		path + `:1:13: log_level: "chatty" is not a level; want "debug", "info", "warn" or "error"`,
+		path + `:4:25: limits.max_remote_concurrent: 0; want at least 1`,
+		path + `:11:3: profiles[1].command: required when executor = "exec"`, // the profile's header
 	}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {
@@ -179,7 +181,7 @@ comand = ["/bin/cat"]
 			t.Errorf("no problem reads %q in:\n%v", w, err)
 		}
 	}
-	if !errors.Is(err, ErrUnknownKey) || !errors.Is(err, ErrInvalid) {
+	if !errors.Is(err, ErrUnknownKey) || !errors.Is(err, ErrInvalid) || errors.Is(err, ErrSyntax) {
 		t.Error("the joined error should be both ErrUnknownKey and ErrInvalid")
 	}
 }
@@ -197,13 +199,14 @@ func TestSyntaxErrors(t *testing.T) {
 		{"string for int", "[limits]\nmax_frame_bytes = \"4MiB\"\n", "limits.max_frame_bytes", 2, "wrong type: want an integer, got a TOML string"},
 		{"string for bool", "[store]\ndurable = \"yes\"\n", "store.durable", 2, "wrong type: want true or false, got a TOML string"},
 		{"string for list", "listen = \"/ip4/0.0.0.0/tcp/4001\"\n", "listen", 1, "wrong type: want an array of strings"},
-		{"int in a multi-line list", "listen = [\n  \"/ip4/0.0.0.0/tcp/4001\",\n  4001,\n]\n", "listen", 3, "wrong type"},
+		{"int in a multi-line list", "listen = [\n  \"/ip4/0.0.0.0/tcp/4001\",\n  4001,\n]\n", "listen[1]", 3, "wrong type: want a string, got a TOML integer"},
 		{"int for table", "store = 1\n", "store", 1, "want a table [store]"},
-		{"array table for table", "[[limits]]\n", "limits", 1, "want a table [limits], got a TOML array table"},
-		{"bare number duration", "[limits]\ndefault_timeout = 300\n", "limits.default_timeout", 2, `invalid duration "300"`},
-		{"duration without unit", "[limits]\ndefault_timeout = \"300\"\n", "limits.default_timeout", 2, `invalid duration "300"`},
-		{"negative unsigned", "[[profiles]]\nname = \"a\"\nexecutor = \"echo\"\nvram_mib = -1\n", "profiles[0].vram_mib", 4, "-1 is negative"},
+		{"array table for table", "[[limits]]\n", "limits", 1, "want a table [limits], got a TOML array of tables"},
+		{"bare number duration", "[limits]\ndefault_timeout = 300\n", "limits.default_timeout", 2, `wrong type: want a duration string such as "30s", got a TOML integer`},
+		{"int for enum", "log_level = 3\n", "log_level", 1, `wrong type: want one of "debug", "info", "warn" or "error", got a TOML integer`},
 		{"key twice", "log_level = \"info\"\nlog_level = \"debug\"\n", "log_level", 2, "set twice"},
+		{"key twice in a profile", "[[profiles]]\nname = \"a\"\n[[profiles]]\nname = \"b\"\nname = \"c\"\n", "profiles[1].name", 5, "set twice"},
+		{"broken value in a table", "[limits]\nmax_frame_bytes = \n", "limits.max_frame_bytes", 2, ""},
 		{"table twice", "[store]\n[limits]\n[store]\n", "store", 3, "set twice"},
 	}
 	for _, tt := range tests {
@@ -249,13 +252,73 @@ model = "not a key either"
 	}
 }
 
-// A header the line scan cannot read leaves its keys without a line rather
-// than with a wrong one.
-func TestLinesUnknownWhenUnsure(t *testing.T) {
-	_, err := Parse([]byte("[store]\ndurable = true\n[\"limits\"]\nmax_frame_bytes = 1\n"))
-	ke := keyErrors(t, err)
-	if len(ke) != 1 || ke[0].Key != "limits.max_frame_bytes" || ke[0].Line != 0 {
-		t.Fatalf("want limits.max_frame_bytes without a line, got:\n%v", err)
+// Positions come from go-toml's own parser, so every way TOML has of
+// writing a key is placed: quoted headers and keys, dotted keys, inline
+// tables and arrays of them.
+func TestPositionsOfEveryKeyForm(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		key  string
+		line int
+		col  int
+	}{
+		{"quoted header", "[store]\ndurable = true\n[\"limits\"]\nmax_frame_bytes = 1\n", "limits.max_frame_bytes", 4, 19},
+		{"quoted key", "[limits]\n\"max_frame_bytes\" = 1\n", "limits.max_frame_bytes", 2, 21},
+		{"dotted key", "log_level = \"info\"\nlimits.max_frame_bytes = 1\n", "limits.max_frame_bytes", 2, 26},
+		{"inline table", "limits = { max_frame_bytes = 1 }\n", "limits.max_frame_bytes", 1, 30},
+		{"second inline profile", "profiles = [\n  {name = \"a\", executor = \"echo\"},\n  {name = \"b\", executor = \"exec\"},\n]\n", "profiles[1].command", 3, 3},
+		{"enum in a profile", "[[profiles]]\nname = \"a\"\nexecutor = \"echo\"\nmin_trust = \"friends\"\n", "profiles[0].min_trust", 4, 13},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.doc))
+			ke := keyErrors(t, err)
+			if len(ke) != 1 || ke[0].Key != tt.key || ke[0].Line != tt.line || ke[0].Column != tt.col {
+				t.Fatalf("want one problem with %s at %d:%d, got:\n%v", tt.key, tt.line, tt.col, err)
+			}
+		})
+	}
+}
+
+// The enums decode themselves: a misspelt value is refused while decoding,
+// at its position, with the allowed values, together with every other
+// problem, and never reaches the code that reads the config.
+func TestEnumsRefusedWhileDecoding(t *testing.T) {
+	tests := []struct{ doc, key, msg string }{
+		{"log_level = \"chatty\"\n", "log_level", `"chatty" is not a level; want "debug", "info", "warn" or "error"`},
+		{"log_format = \"xml\"\n", "log_format", `"xml" is not a format; want "text" or "json"`},
+		{"[store]\ndb_log_level = \"DEBUG\"\n", "store.db_log_level", `"DEBUG" is not a level`},
+		{"[policy]\nmode = \"closed\"\n", "policy.mode", `"closed" is not a mode; want "open" or "allowlist"`},
+		{"[policy]\nquery_trust = \"friends\"\n", "policy.query_trust", `"friends" is not a trust level; want "untrusted", "verified" or "trusted"`},
+		{"[policy]\nquery_trust = \"\"\n", "policy.query_trust", `""; want "untrusted", "verified" or "trusted"`},
+		{"[discovery]\ndht = \"on\"\n", "discovery.dht", `"on" is not a mode; want "auto", "server", "client" or "off"`},
+		{"[[profiles]]\nname = \"a\"\nexecutor = \"echo\"\nmin_trust = \"admin\"\n", "profiles[0].min_trust", `"admin" is not a trust level`},
+		{"[[profiles]]\nname = \"a\"\nexecutor = \"shell\"\n", "profiles[0].executor", `unknown executor "shell"; want "echo", "exec", "openai" or "a2a"`},
+		{"[limits]\ndefault_timeout = \"300\"\n", "limits.default_timeout", `invalid duration "300"`},
+		{"[[profiles]]\nname = \"a\"\nexecutor = \"echo\"\nvram_mib = -1\n", "profiles[0].vram_mib", "-1 is negative; want 0 or more"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			_, err := Parse([]byte("bogus = 1\n" + tt.doc))
+			ke := keyErrors(t, err)
+			if len(ke) != 2 {
+				t.Fatalf("want the value and the unknown key, got:\n%v", err)
+			}
+			e := ke[0]
+			if e.Key == "bogus" {
+				e = ke[1]
+			}
+			if e.Key != tt.key || !strings.HasPrefix(e.Msg, tt.msg) || e.Line == 0 || e.Column == 0 || !errors.Is(e, ErrInvalid) {
+				t.Errorf("got %v (%v), want %s: %s, with a position, ErrInvalid", e, e.Err, tt.key, tt.msg)
+			}
+		})
+	}
+	// An empty min_trust is the executor's default, as the default file
+	// documents it.
+	c, err := Parse([]byte("[[profiles]]\nname = \"a\"\nexecutor = \"exec\"\ncommand = [\"/bin/cat\"]\nmin_trust = \"\"\n"))
+	if err != nil || c.Profiles[0].Trust() != protocol.Verified {
+		t.Errorf("min_trust = \"\": %v, trust %v; want the exec default, verified", err, c.Profiles[0].Trust())
 	}
 }
 
@@ -284,6 +347,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("[[profiles]]\nname = \"x\"\nexecutor = \"exec\"\ncommand = [\"/bin/cat\"]\nenv = [\"A=1\"]\n"))
 	f.Add([]byte("[limits]\ndefault_timeout = \"1h30m\"\nmax_timeout = \"2h\"\n"))
 	f.Add([]byte("system = '''\nx = 1\n'''\n[store]\n[[profiles]]\n"))
+	// Every way TOML writes a key, for the position index.
+	f.Add([]byte("[\"limits\"]\n\"max_frame_bytes\" = 1\nlimits.x.y = [1, {a = 2}]\nprofiles = [{name = \"a\", executor = \"shell\", min_trust = 3}]\n"))
+	f.Add([]byte("[[profiles]]\nname = \"a\"\n[profiles.sub]\nk = true\n[[profiles]]\nname = \"a\"\nname = \"b\"\nlog_level = [\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
@@ -323,15 +389,15 @@ comand = ["/bin/cat"]
 		t.Fatal("Load succeeded")
 	}
 	want := []string{
-		path + `:1: log_level: "chatty" is not a level`,
+		path + `:1:13: log_level: "chatty" is not a level`,
 		path + `:2:10: listen: wrong type: want an array of strings, got a TOML string`,
-		path + `:5: store.durable: wrong type: want true or false, got a TOML string`,
-		path + `:8: limits.max_frame_bytes: wrong type: want an integer, got a TOML string`,
-		path + `:9: limits.max_remote_concurrent: 0; want at least 1`,
-		path + `:10: limits.default_timeout: `,
-		path + `:16: profiles[0].vram_mib: -5 is negative; want 0 or more`,
-		path + `:17: profiles[0].comand: unknown key; did you mean "command"?`,
-		path + `:13: profiles[0].command: required when executor = "exec"`,
+		path + `:5:11: store.durable: wrong type: want true or false, got a TOML string`,
+		path + `:8:19: limits.max_frame_bytes: wrong type: want an integer, got a TOML string`,
+		path + `:9:25: limits.max_remote_concurrent: 0; want at least 1`,
+		path + `:10:19: limits.default_timeout: wrong type`,
+		path + `:16:12: profiles[0].vram_mib: -5 is negative; want 0 or more`,
+		path + `:17:1: profiles[0].comand: unknown key; did you mean "command"?`,
+		path + `:13:3: profiles[0].command: required when executor = "exec"`,
 	}
 	lines := strings.Split(err.Error(), "\n")
 	for _, w := range want {

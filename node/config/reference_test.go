@@ -169,6 +169,9 @@ func defaultText(v reflect.Value, i int) string {
 		return fmt.Sprintf("`%v`", f.Interface())
 	}
 	s := strings.TrimSpace(strings.TrimPrefix(string(out), "k = "))
+	if s == "''" {
+		s = `""` // an enum's default that is no value of its own
+	}
 	return "`" + s + "`"
 }
 

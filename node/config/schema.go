@@ -14,19 +14,14 @@ type keyInfo struct {
 	leaf  string
 	want  string // the TOML type, for messages: "an integer", ...
 	typ   reflect.Type
-	// unsigned keys reject negative numbers with an error that go-toml
-	// does not place.
-	unsigned bool
 }
 
 // schema maps every dotted key ("limits.max_timeout", "profiles.command";
-// array tables without indexes) to its description, and goFields maps Go
-// fields as go-toml's messages name them ("Limits.MaxTimeout") to those keys.
-var schema, goFields = buildSchema()
+// array tables without indexes) to its description.
+var schema = buildSchema()
 
-func buildSchema() (map[string]keyInfo, map[string]string) {
+func buildSchema() map[string]keyInfo {
 	m := make(map[string]keyInfo)
-	g := make(map[string]string)
 	var walk func(table string, t reflect.Type)
 	walk = func(table string, t reflect.Type) {
 		for i := range t.NumField() {
@@ -40,13 +35,11 @@ func buildSchema() (map[string]keyInfo, map[string]string) {
 				key = table + "." + leaf
 			}
 			m[key] = keyInfo{
-				table:    table,
-				leaf:     leaf,
-				want:     tomlType(leaf, f.Type),
-				typ:      f.Type,
-				unsigned: f.Type.Kind() >= reflect.Uint && f.Type.Kind() <= reflect.Uint64,
+				table: table,
+				leaf:  leaf,
+				want:  tomlType(leaf, f.Type),
+				typ:   f.Type,
 			}
-			g[t.Name()+"."+f.Name] = key
 			switch {
 			case f.Type.Kind() == reflect.Struct:
 				walk(key, f.Type)
@@ -56,12 +49,15 @@ func buildSchema() (map[string]keyInfo, map[string]string) {
 		}
 	}
 	walk("", reflect.TypeFor[Config]())
-	return m, g
+	return m
 }
 
 func tomlType(leaf string, t reflect.Type) string {
 	if t == reflect.TypeFor[Duration]() {
 		return `a duration string such as "30s"`
+	}
+	if e, ok := reflect.Zero(t).Interface().(enumType); ok {
+		return "one of " + e.allowed()
 	}
 	switch t.Kind() {
 	case reflect.String:

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
 	"net"
 	"net/url"
@@ -41,15 +42,11 @@ func (c Config) Validate() error { return join(c.validate()) }
 func (c Config) validate() problems {
 	var ps problems
 	c.validateNetwork(&ps)
-	if _, ok := logLevels[c.LogLevel]; !ok {
-		ps.add("log_level", "%q is not a level; want \"debug\", \"info\", \"warn\" or \"error\"", c.LogLevel)
-	}
-	if c.LogFormat != LogFormatText && c.LogFormat != LogFormatJSON {
-		ps.add("log_format", "%q is not a format; want \"text\" or \"json\"", c.LogFormat)
-	}
-	if _, ok := logLevels[c.Store.DBLogLevel]; !ok {
-		ps.add("store.db_log_level", "%q is not a level; want \"debug\", \"info\", \"warn\" or \"error\"", c.Store.DBLogLevel)
-	}
+	// Decoding refuses an enum the file spells wrong; these catch a value
+	// that code (a flag, a test) set out of range.
+	enumValue(&ps, "log_level", c.LogLevel)
+	enumValue(&ps, "log_format", c.LogFormat)
+	enumValue(&ps, "store.db_log_level", c.Store.DBLogLevel)
 	c.Limits.validate(&ps)
 	c.Policy.validate(&ps)
 	c.Discovery.validate(&ps)
@@ -118,11 +115,18 @@ func (l Limits) validate(ps *problems) {
 }
 
 func (p Policy) validate(ps *problems) {
-	if p.Mode != PolicyOpen && p.Mode != PolicyAllowlist {
-		ps.add("policy.mode", "%q; want \"open\" or \"allowlist\"", p.Mode)
+	enumValue(ps, "policy.mode", p.Mode)
+	if p.QueryTrust == TrustDefault {
+		ps.add("policy.query_trust", "\"\"; want %s", trustLevels.allowed())
+	} else {
+		enumValue(ps, "policy.query_trust", p.QueryTrust)
 	}
-	if _, err := protocol.ParseTrustLevel(p.QueryTrust); err != nil {
-		ps.add("policy.query_trust", "%q; want \"untrusted\", \"verified\" or \"trusted\"", p.QueryTrust)
+}
+
+// enumValue reports an enum value that has no name.
+func enumValue(ps *problems, key string, v encoding.TextMarshaler) {
+	if _, err := v.MarshalText(); err != nil {
+		ps.add(key, "%v", err)
 	}
 }
 
@@ -138,11 +142,7 @@ func (d Discovery) validate(ps *problems) {
 		}
 	}
 	positive(ps, "discovery.dnssd_interval", d.DNSSDInterval)
-	switch d.DHT {
-	case DHTAuto, DHTServer, DHTClient, DHTOff:
-	default:
-		ps.add("discovery.dht", "%q; want \"auto\", \"server\", \"client\" or \"off\"", d.DHT)
-	}
+	enumValue(ps, "discovery.dht", d.DHT)
 	if positive(ps, "discovery.advert_interval", d.AdvertInterval) && (d.AdvertInterval.Std() < time.Second || d.AdvertInterval.Std() > MaxAdvertInterval) {
 		ps.add("discovery.advert_interval", "%s; want from \"1s\" to %q", d.AdvertInterval, Duration(MaxAdvertInterval))
 	}
@@ -262,11 +262,7 @@ func (c Config) validateProfiles(ps *problems) {
 }
 
 func (p Profile) validate(ps *problems, key string, l Limits) {
-	if p.MinTrust != "" {
-		if _, err := protocol.ParseTrustLevel(p.MinTrust); err != nil {
-			ps.add(key+".min_trust", "%q; want \"untrusted\", \"verified\" or \"trusted\"", p.MinTrust)
-		}
-	}
+	enumValue(ps, key+".min_trust", p.MinTrust)
 	switch {
 	case p.Name == "":
 		ps.add(key+".name", "required")
@@ -292,7 +288,7 @@ func (p Profile) validate(ps *problems, key string, l Limits) {
 
 	switch p.Executor {
 	case "":
-		ps.add(key+".executor", "required; want %s", executorList())
+		ps.add(key+".executor", "required; want %s", executors.allowed())
 		return
 	case ExecutorEcho:
 	case ExecutorExec:
@@ -304,7 +300,7 @@ func (p Profile) validate(ps *problems, key string, l Limits) {
 	default:
 		// The executor-specific keys cannot be judged against an executor
 		// that does not exist.
-		ps.add(key+".executor", "unknown executor %q; want %s", p.Executor, executorList())
+		ps.add(key+".executor", "unknown executor %q; want %s", p.Executor, executors.allowed())
 		return
 	}
 	for _, f := range p.executorFields() {
@@ -396,12 +392,4 @@ func quoteExecutors(es []Executor) string {
 		q[i] = fmt.Sprintf("%q", e)
 	}
 	return strings.Join(q, " or ")
-}
-
-func executorList() string {
-	q := make([]string, len(executors))
-	for i, e := range executors {
-		q[i] = fmt.Sprintf("%q", e)
-	}
-	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }

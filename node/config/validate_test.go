@@ -54,7 +54,7 @@ func openAIProfile(name string) Profile {
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := Default()
-	c.LogLevel = "loud"
+	c.LogLevel = 7
 	c.Listen = append(c.Listen, "not-a-multiaddr")
 	c.Limits.MaxFrameBytes = 1024
 	c.Limits.DefaultHopLimit = 0
@@ -68,7 +68,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 	want := []string{
 		`listen[2]: "not-a-multiaddr" is not a multiaddr`,
-		`log_level: "loud" is not a level`,
+		`log_level: 7 is not a level`,
 		`limits.max_frame_bytes: 1024 is out of range`,
 		`limits.default_hop_limit: 0 is out of range`,
 		`profiles[1].command: required when executor = "exec"`,
@@ -113,20 +113,23 @@ func TestValidateRules(t *testing.T) {
 		{"peer without id", func(c *Config) { c.Peers = []string{"/ip4/192.168.1.20/tcp/4001"} }, "peers[0]", "must end in /p2p/<peer id>"},
 		{"peer bad id", func(c *Config) { c.Peers = []string{"/ip4/192.168.1.20/tcp/4001/p2p/QmNotAPeer"} }, "peers[0]", ""},
 		{"peer without address", func(c *Config) { c.Peers = []string{"/p2p/" + id.String()} }, "peers[0]", "has no address to dial"},
-		{"log level debug", func(c *Config) { c.LogLevel = "debug" }, "", ""},
-		{"log level upper case", func(c *Config) { c.LogLevel = "DEBUG" }, "log_level", "is not a level"},
-		{"log level empty", func(c *Config) { c.LogLevel = "" }, "log_level", "is not a level"},
+		{"log level debug", func(c *Config) { c.LogLevel = LogDebug }, "", ""},
+		{"log level out of range", func(c *Config) { c.LogLevel = 9 }, "log_level", `9 is not a level; want "debug", "info", "warn" or "error"`},
+		{"log format out of range", func(c *Config) { c.LogFormat = 2 }, "log_format", "is not a format"},
+		{"db log level out of range", func(c *Config) { c.Store.DBLogLevel = 4 }, "store.db_log_level", "is not a level"},
+		{"dht out of range", func(c *Config) { c.Discovery.DHT = 4 }, "discovery.dht", `want "auto", "server", "client" or "off"`},
 
 		// Policy and per-peer limits.
-		{"policy allowlist", func(c *Config) { c.Policy.Mode = "allowlist" }, "", ""},
-		{"policy bad mode", func(c *Config) { c.Policy.Mode = "closed" }, "policy.mode", "want \"open\" or \"allowlist\""},
-		{"policy query trust", func(c *Config) { c.Policy.QueryTrust = "verified" }, "", ""},
-		{"policy bad query trust", func(c *Config) { c.Policy.QueryTrust = "friends" }, "policy.query_trust", "want \"untrusted\""},
+		{"policy allowlist", func(c *Config) { c.Policy.Mode = PolicyAllowlist }, "", ""},
+		{"policy bad mode", func(c *Config) { c.Policy.Mode = 2 }, "policy.mode", "want \"open\" or \"allowlist\""},
+		{"policy query trust", func(c *Config) { c.Policy.QueryTrust = TrustVerified }, "", ""},
+		{"policy query trust unset", func(c *Config) { c.Policy.QueryTrust = TrustDefault }, "policy.query_trust", "want \"untrusted\""},
+		{"policy bad query trust", func(c *Config) { c.Policy.QueryTrust = 7 }, "policy.query_trust", "want \"untrusted\""},
 		{"offer rate zero", func(c *Config) { c.Limits.OffersPerSecond = 0 }, "limits.offers_per_second", "want a positive rate"},
 		{"query burst zero", func(c *Config) { c.Limits.QueryBurst = 0 }, "limits.query_burst", "want at least 1"},
 		{"streams per peer zero", func(c *Config) { c.Limits.MaxStreamsPerPeer = 0 }, "limits.max_streams_per_peer", "want at least 1"},
-		{"profile min trust", func(c *Config) { c.Profiles[0].MinTrust = "trusted" }, "", ""},
-		{"profile bad min trust", func(c *Config) { c.Profiles[0].MinTrust = "admin" }, "profiles[0].min_trust", "want \"untrusted\""},
+		{"profile min trust", func(c *Config) { c.Profiles[0].MinTrust = TrustTrusted }, "", ""},
+		{"profile bad min trust", func(c *Config) { c.Profiles[0].MinTrust = 4 }, "profiles[0].min_trust", "want \"untrusted\""},
 
 		// Limits.
 		{"frame min", func(c *Config) { c.Limits.MaxFrameBytes = 2 << 20 }, "", ""},

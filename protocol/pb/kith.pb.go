@@ -242,16 +242,25 @@ func (RejectReason) EnumDescriptor() ([]byte, []int) {
 // AAD of every sealed frame on the stream and are what Hello.signature signs.
 type EnvelopeHeader struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
-	Version         uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`                     // envelope version, currently 1
+	Version         uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`                     // envelope version: 1 signed setup, 2 session stream (protocol 1.2)
 	Type            uint32                 `protobuf:"varint,2,opt,name=type,proto3" json:"type,omitempty"`                           // MessageType of the first message (protocol.MessageType)
 	Sender          []byte                 `protobuf:"bytes,3,opt,name=sender,proto3" json:"sender,omitempty"`                        // libp2p peer ID (multihash bytes) of the opener
 	Recipient       []byte                 `protobuf:"bytes,4,opt,name=recipient,proto3" json:"recipient,omitempty"`                  // libp2p peer ID of the responder
 	MessageId       []byte                 `protobuf:"bytes,5,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"` // 16 random bytes, never reused (replay cache key)
 	IssuedAtUnixMs  int64                  `protobuf:"varint,6,opt,name=issued_at_unix_ms,json=issuedAtUnixMs,proto3" json:"issued_at_unix_ms,omitempty"`
 	ExpiresAtUnixMs int64                  `protobuf:"varint,7,opt,name=expires_at_unix_ms,json=expiresAtUnixMs,proto3" json:"expires_at_unix_ms,omitempty"`
-	Enc             []byte                 `protobuf:"bytes,8,opt,name=enc,proto3" json:"enc,omitempty"` // HPKE encapsulated key (32 bytes for X25519)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Enc             []byte                 `protobuf:"bytes,8,opt,name=enc,proto3" json:"enc,omitempty"` // HPKE encapsulated key (32 bytes for X25519); version 1 only
+	// Envelope sessions (protocol 1.2). In a version 1 header: the opener
+	// offers to keep this stream's HPKE context as a session (the responder
+	// answers with a session ack frame, or ignores it if older than 1.2).
+	SessionOffer bool `protobuf:"varint,9,opt,name=session_offer,json=sessionOffer,proto3" json:"session_offer,omitempty"`
+	// In a version 2 (session stream) header: the session, named by the
+	// message_id of the stream that set it up, and this stream's number in it
+	// (from 1, never reused within the session).
+	SessionId     []byte `protobuf:"bytes,10,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	StreamSeq     uint64 `protobuf:"varint,11,opt,name=stream_seq,json=streamSeq,proto3" json:"stream_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EnvelopeHeader) Reset() {
@@ -340,12 +349,34 @@ func (x *EnvelopeHeader) GetEnc() []byte {
 	return nil
 }
 
+func (x *EnvelopeHeader) GetSessionOffer() bool {
+	if x != nil {
+		return x.SessionOffer
+	}
+	return false
+}
+
+func (x *EnvelopeHeader) GetSessionId() []byte {
+	if x != nil {
+		return x.SessionId
+	}
+	return nil
+}
+
+func (x *EnvelopeHeader) GetStreamSeq() uint64 {
+	if x != nil {
+		return x.StreamSeq
+	}
+	return 0
+}
+
 // Hello is the first frame of a stream: the header bytes exactly as signed,
 // and the sender's Ed25519 signature over them.
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        []byte                 `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`       // an encoded EnvelopeHeader
-	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519, 64 bytes
+	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519, 64 bytes; version 1 headers
+	Mac           []byte                 `protobuf:"bytes,3,opt,name=mac,proto3" json:"mac,omitempty"`             // HMAC-SHA256 under the session's hello key, 32 bytes; version 2 headers
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,6 +421,13 @@ func (x *Hello) GetHeader() []byte {
 func (x *Hello) GetSignature() []byte {
 	if x != nil {
 		return x.Signature
+	}
+	return nil
+}
+
+func (x *Hello) GetMac() []byte {
+	if x != nil {
+		return x.Mac
 	}
 	return nil
 }
@@ -2048,7 +2086,7 @@ var File_kith_proto protoreflect.FileDescriptor
 const file_kith_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"kith.proto\x12\akith.v1\"\xfd\x01\n" +
+	"kith.proto\x12\akith.v1\"\xe0\x02\n" +
 	"\x0eEnvelopeHeader\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x16\n" +
@@ -2058,10 +2096,17 @@ const file_kith_proto_rawDesc = "" +
 	"message_id\x18\x05 \x01(\fR\tmessageId\x12)\n" +
 	"\x11issued_at_unix_ms\x18\x06 \x01(\x03R\x0eissuedAtUnixMs\x12+\n" +
 	"\x12expires_at_unix_ms\x18\a \x01(\x03R\x0fexpiresAtUnixMs\x12\x10\n" +
-	"\x03enc\x18\b \x01(\fR\x03enc\"=\n" +
+	"\x03enc\x18\b \x01(\fR\x03enc\x12#\n" +
+	"\rsession_offer\x18\t \x01(\bR\fsessionOffer\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\n" +
+	" \x01(\fR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"stream_seq\x18\v \x01(\x04R\tstreamSeq\"O\n" +
 	"\x05Hello\x12\x16\n" +
 	"\x06header\x18\x01 \x01(\fR\x06header\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x89\x05\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\x12\x10\n" +
+	"\x03mac\x18\x03 \x01(\fR\x03mac\"\x89\x05\n" +
 	"\aMessage\x12E\n" +
 	"\x10capability_query\x18\x01 \x01(\v2\x18.kith.v1.CapabilityQueryH\x00R\x0fcapabilityQuery\x12N\n" +
 	"\x13capability_response\x18\x02 \x01(\v2\x1b.kith.v1.CapabilityResponseH\x00R\x12capabilityResponse\x12E\n" +

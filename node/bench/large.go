@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kithmesh/kith/delegation/executor"
+)
+
+// Large is one large-payload comparison: the same bytes copied over a
+// fresh bare stream and back, then echoed by a delegation (task and
+// result) on each store kind, one at a time, in the same run.
+type Large struct {
+	Payload int `json:"payload_bytes"`
+	// BareCopy is the baseline: write the payload on a new stream, read it
+	// back.
+	BareCopy Latency `json:"bare_copy"`
+	// Delegations are the delegation round trips by store kind.
+	Delegations []LargeDelegation `json:"delegations"`
+}
+
+// LargeDelegation is one store kind's large delegations.
+type LargeDelegation struct {
+	Store     StoreKind     `json:"store"`
+	RoundTrip Latency       `json:"round_trip"`
+	Errors    int           `json:"errors"`
+	FirstErr  string        `json:"first_error,omitempty"`
+	CPUPerOp  time.Duration `json:"cpu_per_op_ns"`
+	// XBare is the delegation's p50 over the bare copy's p50.
+	XBare float64 `json:"p50_x_bare_copy"`
+	// Skipped says why this store kind was not measured at this size.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// goalLargeX: a large delegation's p50 is at most this many times the p50
+// of copying the same bytes over a bare stream.
+const goalLargeX = 2.0
+
+// runLarge measures each of opts.Large. Each operation runs alone (these
+// are throughput figures of one transfer), opts.LargeRuns times after one
+// uncounted run.
+func runLarge(ctx context.Context, w io.Writer, opts Options, hp *hostPair, sets map[StoreKind]*engines) ([]Large, error) {
+	var out []Large
+	for _, size := range opts.Large {
+		text := payloadText(size)
+		buf := make([]byte, size)
+		l := Large{Payload: size}
+		fmt.Fprintf(w, "measuring bare-copy of %s, %d runs\n", fmtBytes(size), opts.LargeRuns)
+		lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
+			return hp.echo(ctx, text, buf)
+		})
+		if errs > 0 {
+			return out, fmt.Errorf("bench: bare copy of %s: %s", fmtBytes(size), first)
+		}
+		l.BareCopy = lat
+		budget := max(executor.EstimateTokens(string(text)), 4096)
+		for _, k := range opts.Stores {
+			e := sets[k]
+			if max := e.a.st.MaxValue(); max < size {
+				// The in-memory store is for tests: badger keeps
+				// every value inline there, and caps it.
+				l.Delegations = append(l.Delegations, LargeDelegation{Store: k,
+					Skipped: fmt.Sprintf("a %s store holds values up to %s", k, fmtBytes(max))})
+				continue
+			}
+			e.activate(hp)
+			fmt.Fprintf(w, "measuring delegation of %s (%s store), %d runs\n", fmtBytes(size), k, opts.LargeRuns)
+			lat, cpu, errs, first := timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
+				_, err := e.delegateBudget(ctx, string(text), budget)
+				return err
+			})
+			d := LargeDelegation{Store: k, RoundTrip: lat, Errors: errs, FirstErr: first, XBare: ratio(lat.P50, l.BareCopy.P50)}
+			if lat.Samples > 0 {
+				d.CPUPerOp = cpu / time.Duration(lat.Samples)
+			}
+			l.Delegations = append(l.Delegations, d)
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
+		}
+		out = append(out, l)
+		runtime.GC() // the next size starts without this one's garbage
+	}
+	return out, nil
+}
+
+// timeRuns runs op once uncounted, then n times, one after another, and
+// returns the timings of those that succeeded and the CPU time they took.
+func timeRuns(ctx context.Context, n int, op func(context.Context) error) (lat Latency, cpu time.Duration, errs int, first string) {
+	run := func() (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		t0 := time.Now()
+		err := op(ctx)
+		return time.Since(t0), err
+	}
+	if _, err := run(); err != nil {
+		return Latency{}, 0, 1, err.Error()
+	}
+	var ds []time.Duration
+	c0, okCPU := cpuTime()
+	for range n {
+		d, err := run()
+		if err != nil {
+			if errs == 0 {
+				first = err.Error()
+			}
+			errs++
+			continue
+		}
+		ds = append(ds, d)
+	}
+	if c1, ok := cpuTime(); ok && okCPU {
+		cpu = c1 - c0
+	}
+	return summarise(ds), cpu, errs, first
+}
+
+func largeGoals(r Report) []Goal {
+	var out []Goal
+	// Judged on the durable store, the one a node runs by default.
+	for _, l := range r.Large {
+		for _, k := range []StoreKind{StoreDurable} {
+			g := Goal{
+				Name:   fmt.Sprintf("%s delegation, %s store", fmtBytes(l.Payload), k),
+				Target: fmt.Sprintf("p50 ≤ %.0f× copying it over a bare stream", goalLargeX),
+				Limit:  goalLargeX,
+				Status: GoalNotMeasured,
+			}
+			for _, d := range l.Delegations {
+				if d.Store != k || d.Skipped != "" || l.BareCopy.Samples == 0 {
+					continue
+				}
+				g.Value = d.XBare
+				g.Measured = fmt.Sprintf("%.2f× (%s vs %s; %.0f MiB/s vs %.0f MiB/s)", d.XBare,
+					fmtDur(d.RoundTrip.P50), fmtDur(l.BareCopy.P50),
+					mibPerSec(l.Payload, d.RoundTrip.P50), mibPerSec(l.Payload, l.BareCopy.P50))
+				g.Status = GoalMissed
+				if d.Errors == 0 && g.Value <= g.Limit {
+					g.Status = GoalOK
+				}
+			}
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func writeLarge(w io.Writer, r Report) error {
+	if len(r.Large) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nlarge payloads, one at a time (task and result each this size; bare copy: the same bytes there and back on a new stream)")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "payload\tstore\truns\tp50\tmax\tMiB/s\t× bare copy\tcpu/op\terrors\t")
+	for _, l := range r.Large {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), "bare copy", l.BareCopy.Samples,
+			fmtDur(l.BareCopy.P50), fmtDur(l.BareCopy.Max), mibPerSec(l.Payload, l.BareCopy.P50), "1.00×", "-", 0)
+		for _, d := range l.Delegations {
+			if d.Skipped != "" {
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t\n", fmtBytes(l.Payload), d.Store)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.2f×\t%s\t%d\t\n", fmtBytes(l.Payload), d.Store, d.RoundTrip.Samples,
+				fmtDur(d.RoundTrip.P50), fmtDur(d.RoundTrip.Max), mibPerSec(l.Payload, d.RoundTrip.P50), d.XBare,
+				fmtDur(d.CPUPerOp), d.Errors)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, l := range r.Large {
+		for _, d := range l.Delegations {
+			if d.Errors > 0 {
+				fmt.Fprintf(w, "  %s %s: first error: %s\n", fmtBytes(l.Payload), d.Store, d.FirstErr)
+			}
+			if d.Skipped != "" {
+				fmt.Fprintf(w, "  %s %s: skipped: %s\n", fmtBytes(l.Payload), d.Store, d.Skipped)
+			}
+		}
+	}
+	return nil
+}
+
+// mibPerSec is the payload's rate, counting it once (as a user does: the
+// size of the document over the time it took).
+func mibPerSec(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / (1 << 20) / d.Seconds()
+}
+
+func fmtBytes(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
