@@ -226,6 +226,18 @@ func (m *scaleMesh) startDHT(t *testing.T) {
 		t.Cleanup(func() { _ = d.Close() })
 		m.dhts = append(m.dhts, d)
 	}
+	// Every node now serves the DHT protocol. Tell each, as identify's
+	// push would (a push can be lost or late on this loaded machine, and
+	// kad-dht takes a peer only once the peerstore says it serves), so
+	// that no bootstrap waits on it.
+	for _, h := range m.hosts {
+		for _, p := range h.Network().Peers() {
+			if err := h.Peerstore().AddProtocols(p, kadProtocol); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m.nudge(t, kadProtocol)
 	// Sixteen at a time, in the order the nodes were introduced.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
