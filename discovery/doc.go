@@ -1,8 +1,9 @@
 // Package discovery finds kith peers: static peers from the config, mDNS
 // (_kith-a2a._tcp) on the LAN, DNS-SD records under a domain the user owns,
 // a private Kademlia DHT (protocol prefix /kith) with one provider record
-// per profile, and signed capability adverts gossiped on the
-// /kith/capabilities/1 topic.
+// per profile, and signed capability adverts gossiped on one topic per
+// profile (ProfileTopic), each heard only by the nodes that serve or
+// request that profile (docs/scale.md).
 //
 // Every source yields Hints: a peer ID and addresses worth dialing, never
 // anything trusted. A peer's profiles count only once its signed capability

@@ -3,8 +3,12 @@ package discovery
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	pb "github.com/libp2p/go-libp2p-pubsub/pb"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
@@ -79,4 +83,27 @@ func fuzzIdentity(tb testing.TB, seed byte) *crypto.Identity {
 		tb.Fatal(err)
 	}
 	return id
+}
+
+// FuzzSubscriptions feeds arbitrary topic names, as a peer would announce
+// them, to the subscription filter: it never panics, keeps only advert
+// topics, and never more than maxPeerTopics for one peer.
+func FuzzSubscriptions(f *testing.F) {
+	for _, s := range []string{Topic, ProfileTopic("llm"), TopicPrefix, TopicPrefix + "zz", "", "/kith/capabilities/1/" + string(make([]byte, 32))} {
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, topic string, on bool) {
+		fl := &subscriptionFilter{allowed: func(peer.ID) bool { return true }, topics: map[peer.ID]map[string]bool{}}
+		subs := []*pb.RPC_SubOpts{{Topicid: &topic, Subscribe: &on}}
+		got, err := fl.FilterIncomingSubscriptions("p", subs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > 0 && !validTopic(topic) {
+			t.Fatalf("kept a subscription to %q", topic)
+		}
+		if validTopic(topic) && topic != Topic && !strings.HasPrefix(topic, TopicPrefix) {
+			t.Fatalf("%q taken for an advert topic", topic)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,10 +57,15 @@ func connect(tb testing.TB, mn mocknet.Mocknet, a, b host.Host) {
 	}
 }
 
+// startGossip starts gossip on h and joins the topic of the profile
+// "llm", which capability() advertises.
 func startGossip(tb testing.TB, h host.Host, cfg GossipConfig) *Gossip {
 	tb.Helper()
 	g, err := NewGossip(context.Background(), h, cfg)
 	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := g.Serve([]string{"llm"}); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
@@ -176,13 +182,16 @@ func TestGossipLoadChangeReachesAll(t *testing.T) {
 		}
 	}
 	for i, c := range counters {
-		if keys := c.Keys(); len(keys) > 0 {
+		// A copy fetched late by IHAVE/IWANT gossip can be older than one
+		// that came through the mesh: stale, and rightly dropped. Nothing
+		// else from honest nodes may be.
+		if keys := slices.DeleteFunc(c.Keys(), func(k string) bool { return k == "gossip/"+AdvertStale }); len(keys) > 0 {
 			t.Errorf("node %d dropped adverts from honest nodes: %v", i, c.Snapshot())
 		}
 	}
 }
 
-// rawPublisher joins Topic with plain gossipsub, without kith's
+// rawPublisher joins the topic of "llm" with plain gossipsub, without kith's
 // validation, so it can publish anything.
 func rawPublisher(tb testing.TB, h host.Host) *pubsub.Topic {
 	tb.Helper()
@@ -198,7 +207,7 @@ func rawSubscriber(tb testing.TB, h host.Host) (*pubsub.Topic, *pubsub.Subscript
 	if err != nil {
 		tb.Fatal(err)
 	}
-	topic, err := ps.Join(Topic)
+	topic, err := ps.Join(ProfileTopic("llm"))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -360,14 +369,25 @@ func TestGossipDoesNotSendToDenied(t *testing.T) {
 	waitTopicPeer(t, allowedTopic, self.ID())
 	waitTopicPeer(t, deniedTopic, self.ID())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	now := time.Now()
-	if err := g.Publish(ctx, capability(t, ids[0], 1, now, time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := allowedSub.Next(ctx); err != nil || m.GetFrom() != self.ID() {
-		t.Fatalf("allowed peer: %v, %v", m, err)
+	now := time.Now().Truncate(time.Millisecond)
+	// The mesh is empty until a heartbeat grafts it, and self publishes to
+	// its mesh alone: publish again (as Run does) until the allowed peer
+	// has one.
+	for issued := now; ; issued = issued.Add(time.Second) {
+		if err := g.Publish(ctx, capability(t, ids[0], 1, issued, time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		wait, wcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		m, err := allowedSub.Next(wait)
+		wcancel()
+		if err == nil && m.GetFrom() == self.ID() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("allowed peer: %v, %v", m, err)
+		}
 	}
 	// Within the time the allowed peer took, and a good while more, the
 	// denied one gets nothing.
@@ -402,9 +422,11 @@ func TestGossipValidate(t *testing.T) {
 		Allowed:  func(p peer.ID) bool { return p != denied },
 		Now:      func() time.Time { return *clock.Load() },
 	})
-	msg := func(from, author peer.ID, data []byte) *pubsub.Message {
-		topic := Topic
+	onTopic := func(topic string, from, author peer.ID, data []byte) *pubsub.Message {
 		return &pubsub.Message{Message: &pb.Message{From: []byte(author), Data: data, Topic: &topic}, ReceivedFrom: from}
+	}
+	msg := func(from, author peer.ID, data []byte) *pubsub.Message {
+		return onTopic(ProfileTopic("llm"), from, author, data)
 	}
 	good := advertBytes(t, capability(t, author, 2, now, time.Minute))
 	for _, c := range []struct {
@@ -419,6 +441,8 @@ func TestGossipValidate(t *testing.T) {
 		{"own, relayed back", msg(author.PeerID(), self.ID(), good), pubsub.ValidationIgnore, ""},
 		{"empty", msg(author.PeerID(), author.PeerID(), nil), pubsub.ValidationReject, AdvertMalformed},
 		{"no author", msg(author.PeerID(), "", good), pubsub.ValidationReject, AdvertMalformed},
+		{"another profile's topic", onTopic(ProfileTopic("other"), author.PeerID(), author.PeerID(), good), pubsub.ValidationReject, AdvertOffTopic},
+		{"legacy topic", onTopic(Topic, author.PeerID(), author.PeerID(), good), pubsub.ValidationAccept, ""},
 	} {
 		before := counters.Get("gossip/" + c.reason)
 		if got := g.validate(context.Background(), c.msg.ReceivedFrom, c.msg); got != c.want {
@@ -449,6 +473,26 @@ func TestGossipValidate(t *testing.T) {
 	older := advertBytes(t, capability(t, author, 3, now.Add(-time.Second), time.Minute))
 	if got := g.validate(context.Background(), author.PeerID(), msg(author.PeerID(), author.PeerID(), older)); got != pubsub.ValidationIgnore {
 		t.Errorf("older advert: %v, want ignore", got)
+	}
+	// A newer advert less than MinGap (1 s) after the last is dropped; the
+	// same advert again (on another topic) and one a second later pass.
+	for _, c := range []struct {
+		after  time.Duration
+		want   pubsub.ValidationResult
+		reason string
+	}{
+		{500 * time.Millisecond, pubsub.ValidationIgnore, AdvertTooSoon},
+		{0, pubsub.ValidationAccept, ""},
+		{time.Second, pubsub.ValidationAccept, ""},
+	} {
+		before := counters.Get("gossip/" + AdvertTooSoon)
+		m := msg(author.PeerID(), author.PeerID(), advertBytes(t, capability(t, author, 3, now.Add(c.after), time.Minute)))
+		if got := g.validate(context.Background(), author.PeerID(), m); got != c.want {
+			t.Errorf("advert %v after the last: %v, want %v", c.after, got, c.want)
+		}
+		if c.reason != "" && counters.Get("gossip/"+c.reason) != before+1 {
+			t.Errorf("advert %v after the last: gossip/%s not counted", c.after, c.reason)
+		}
 	}
 	later := now.Add(2 * time.Minute)
 	clock.Store(&later)
@@ -517,5 +561,160 @@ func TestGossipPrune(t *testing.T) {
 	g.mu.Unlock()
 	if want := (minPruneAt + 1) / 2; n != want {
 		t.Errorf("after pruning, %d adverts kept, want the %d unexpired", n, want)
+	}
+}
+
+// TestGossipHearsOnlyItsProfiles: a node hears the adverts of the
+// providers of the profiles it serves or requests, and no other, though
+// every node is connected to every other.
+func TestGossipHearsOnlyItsProfiles(t *testing.T) {
+	checkNoLeaks(t)
+	mn, hosts, ids := mockKithHosts(t, 4)
+	for i := range hosts {
+		for j := range i {
+			connect(t, mn, hosts[i], hosts[j])
+		}
+	}
+	provider, requester, other, both := 0, 1, 2, 3
+	gs := make([]*Gossip, len(hosts))
+	for i, h := range hosts {
+		g, err := NewGossip(context.Background(), h, GossipConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = g.Close() })
+		gs[i] = g
+	}
+	mustNil := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustNil(gs[provider].Serve([]string{"llm"}))
+	mustNil(gs[requester].Want("llm"))
+	mustNil(gs[other].Serve([]string{"other"}))
+	mustNil(gs[both].Serve([]string{"other"}))
+	mustNil(gs[both].Want("llm"))
+	if got, want := gs[requester].Topics(), []string{ProfileTopic("llm")}; !slices.Equal(got, want) {
+		t.Errorf("requester's topics %v, want %v", got, want)
+	}
+
+	issued := time.Now().Truncate(time.Millisecond)
+	labtest.WaitFor(t, 30*time.Second, "the advert at the requesters", func() bool {
+		issued = issued.Add(time.Second)
+		if err := gs[provider].Publish(context.Background(), capability(t, ids[provider], 1, issued, time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		_, a := gs[requester].Latest(hosts[provider].ID())
+		_, b := gs[both].Latest(hosts[provider].ID())
+		return a && b
+	})
+	if _, ok := gs[other].Latest(hosts[provider].ID()); ok {
+		t.Error("a node that neither serves nor requests llm heard its provider")
+	}
+	if slices.Contains(gs[other].Topics(), ProfileTopic("llm")) {
+		t.Error("a node that neither serves nor requests llm is on its topic")
+	}
+	// Serving nothing and wanting nothing any more leaves the topic.
+	mustNil(gs[provider].Serve(nil))
+	if got := gs[provider].Topics(); len(got) != 0 {
+		t.Errorf("after Serve(nil), topics %v", got)
+	}
+}
+
+// TestMeaningful: which load changes are worth an advert before the next
+// refresh.
+func TestMeaningful(t *testing.T) {
+	c := func(active, free uint32) protocol.Capacity { return protocol.Capacity{Active: active, FreeSlots: free} }
+	for _, tc := range []struct {
+		was, now protocol.Capacity
+		want     bool
+	}{
+		{c(3, 1), c(4, 0), true},      // became full
+		{c(4, 0), c(3, 1), true},      // free again
+		{c(1, 3), c(2, 2), true},      // a quarter of 4 slots
+		{c(2, 2), c(2, 2), false},     // nothing
+		{c(10, 30), c(11, 29), false}, // one slot of 40
+		{c(10, 30), c(20, 20), true},  // ten of 40
+	} {
+		if got := Meaningful(tc.was, tc.now); got != tc.want {
+			t.Errorf("Meaningful(%+v, %+v) = %v, want %v", tc.was, tc.now, got, tc.want)
+		}
+	}
+}
+
+// TestGossipPushing: on a topic, a provider pushes while fewer than max
+// live providers rank ahead of it; expired adverts do not count.
+func TestGossipPushing(t *testing.T) {
+	_, hosts, _ := mockKithHosts(t, 1)
+	now := time.Now()
+	g := startGossip(t, hosts[0], GossipConfig{Now: func() time.Time { return now }})
+	topic := ProfileTopic("llm")
+	self := pushRank(hosts[0].ID(), topic)
+	var ahead, behind []peer.ID
+	for len(ahead) < 3 || len(behind) < 3 {
+		id, err := crypto.GenerateIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Compare(pushRank(id.PeerID(), topic), self) < 0 {
+			ahead = append(ahead, id.PeerID())
+		} else {
+			behind = append(behind, id.PeerID())
+		}
+	}
+	g.mu.Lock()
+	g.authors[topic] = map[peer.ID]time.Time{}
+	for _, p := range behind {
+		g.authors[topic][p] = now.Add(time.Minute)
+	}
+	for _, p := range ahead[:2] {
+		g.authors[topic][p] = now.Add(time.Minute)
+	}
+	g.authors[topic][ahead[2]] = now.Add(-time.Second) // expired
+	g.mu.Unlock()
+	if !g.pushing(topic, 3) {
+		t.Error("not pushing with 2 live providers ahead and a limit of 3")
+	}
+	if g.pushing(topic, 2) {
+		t.Error("pushing with 2 live providers ahead and a limit of 2")
+	}
+	if !g.pushing(topic, -1) || !g.pushing(Topic, 1) {
+		t.Error("no limit, or the legacy topic, must always push")
+	}
+}
+
+// TestSubscriptionFilter: only advert topics, only allowed peers, and no
+// more than maxPeerTopics per peer are recorded.
+func TestSubscriptionFilter(t *testing.T) {
+	_, hosts, _ := mockKithHosts(t, 2)
+	denied := hosts[1].ID()
+	f := newSubscriptionFilter(hosts[0], func(p peer.ID) bool { return p != denied })
+	defer f.stop()
+	sub := func(topic string, on bool) *pb.RPC_SubOpts { return &pb.RPC_SubOpts{Topicid: &topic, Subscribe: &on} }
+	var subs []*pb.RPC_SubOpts
+	for i := range maxPeerTopics + 5 {
+		subs = append(subs, sub(ProfileTopic(fmt.Sprint(i)), true))
+	}
+	subs = append(subs, sub("/other/topic", true), sub(TopicPrefix+"not-hex", true))
+	from := peer.ID("someone")
+	got, err := f.FilterIncomingSubscriptions(from, subs)
+	if err != nil || len(got) != maxPeerTopics {
+		t.Fatalf("%d subscriptions kept (err %v), want %d", len(got), err, maxPeerTopics)
+	}
+	// Unsubscribing makes room again.
+	got, _ = f.FilterIncomingSubscriptions(from, []*pb.RPC_SubOpts{sub(ProfileTopic("0"), false), sub(ProfileTopic("new"), true)})
+	if len(got) != 2 {
+		t.Errorf("after an unsubscription, %d of 2 kept", len(got))
+	}
+	if got, _ := f.FilterIncomingSubscriptions(denied, subs[:1]); len(got) != 0 {
+		t.Error("a denied peer's subscription was kept")
+	}
+	for topic, want := range map[string]bool{Topic: true, ProfileTopic("x"): true, TopicPrefix: false, Topic + "/" + strings.Repeat("A", 32): false, "/kith/capabilities/2": false} {
+		if f.CanSubscribe(topic) != want {
+			t.Errorf("CanSubscribe(%q) = %v", topic, !want)
+		}
 	}
 }

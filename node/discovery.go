@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/sec"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation"
 	"github.com/kithmesh/kith/discovery"
 	"github.com/kithmesh/kith/node/api"
@@ -36,11 +37,10 @@ const (
 	providersTimeout = 10 * time.Second
 	// reachDialTimeout bounds one dial of a known provider.
 	reachDialTimeout = 5 * time.Second
+	// pullProviders is how many providers the DHT is asked for when no
+	// known one has a free slot.
+	pullProviders = 8
 )
-
-// advertCheck is how often the load is compared with the last advert's; a
-// change publishes at once.
-const advertCheck = 250 * time.Millisecond
 
 // discoverer runs the discovery sources of [discovery] and turns their
 // hints into connected, queried peers.
@@ -85,7 +85,7 @@ func newDiscoverer(ctx context.Context, n *Node, h host.Host, st *store.Store, e
 	}
 	if d.cfg.Gossip {
 		g, err := discovery.NewGossip(ctx, h, discovery.GossipConfig{
-			Logger: d.log, Counters: d.counters,
+			Logger: d.log, Counters: d.counters, LegacyTopic: d.cfg.LegacyTopic, FindPeers: d.topicPeers,
 			Allowed:  func(p peer.ID) bool { return !gate.denied(p) },
 			OnAdvert: d.advert,
 		})
@@ -125,7 +125,7 @@ func (d *discoverer) run(ctx context.Context, n *Node) {
 		d.goRun(func() { d.dht.Run(ctx, d.profileNames) })
 	}
 	if d.gossip != nil {
-		d.goRun(func() { d.publishAdverts(ctx) })
+		d.goRun(func() { d.gossip.Run(ctx, advertSource{d}, d.advertPolicy()) })
 	}
 	<-ctx.Done()
 }
@@ -333,61 +333,42 @@ func profileNamesOf(a protocol.CapabilityAssertion) []string {
 	return out
 }
 
-// advertRepeats are the delays, after the adverts topic gains peers, at
-// which the advert is published again: once the first gossipsub heartbeat
-// has grafted the new peers into this node's mesh, and again when the
-// peers beyond them have had time to graft theirs, so that nodes that are
-// not neighbours hear of this one without waiting for advert_interval.
-var advertRepeats = []time.Duration{1500 * time.Millisecond, 6 * time.Second}
+// advertSource is what the node advertises: the engine's signed advert,
+// load and profiles.
+type advertSource struct{ d *discoverer }
 
-// publishAdverts publishes this node's signed advert every advert_interval,
-// at once when its load or profiles change, and soon after new peers join
-// the adverts topic (advertRepeats).
-func (d *discoverer) publishAdverts(ctx context.Context) {
-	t := time.NewTicker(advertCheck)
-	defer t.Stop()
-	var last protocol.Capacity
-	var lastProfiles []string
-	var lastAt time.Time
-	peers := 0
-	var soon []time.Time // pending repeats, in order
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if n := d.gossip.TopicPeers(); n != peers {
-				if n > peers {
-					soon = soon[:0]
-					for _, r := range advertRepeats {
-						soon = append(soon, now.Add(r))
-					}
-				}
-				peers = n
-			}
-			// Compare the cheap figures first; sign only what is published.
-			load, profiles := d.eng.Capacity(), d.profileNames()
-			changed := load != last || !slices.Equal(profiles, lastProfiles)
-			repeat := len(soon) > 0 && !now.Before(soon[0])
-			due := now.Sub(lastAt) >= d.cfg.AdvertInterval.Std() || repeat
-			if !changed && !due {
-				continue
-			}
-			signed, a, err := d.eng.Advert()
-			if err != nil {
-				d.log.Warn("advert", "err", err)
-				continue
-			}
-			if err := d.gossip.Publish(ctx, signed); err != nil {
-				d.log.Debug("publish advert", "err", err)
-				continue
-			}
-			last, lastProfiles, lastAt = a.Capacity, profiles, now
-			for len(soon) > 0 && !now.Before(soon[0]) {
-				soon = soon[1:]
-			}
+func (s advertSource) Advert() (crypto.Assertion, protocol.CapabilityAssertion, error) {
+	return s.d.eng.Advert()
+}
+func (s advertSource) Capacity() protocol.Capacity { return s.d.eng.Capacity() }
+func (s advertSource) ProfileNames() []string      { return s.d.profileNames() }
+
+// topicPeers names peers on the adverts topic of profile: its providers,
+// as the DHT knows them.
+func (d *discoverer) topicPeers(ctx context.Context, profile string, limit int) []peer.AddrInfo {
+	if d.dht == nil {
+		return nil
+	}
+	hints, err := d.dht.FindProviders(ctx, profile, limit)
+	if err != nil {
+		d.log.Debug("dht find topic peers", "profile", profile, "err", err)
+	}
+	out := make([]peer.AddrInfo, 0, len(hints))
+	for _, x := range hints {
+		if !d.gate.denied(x.ID) {
+			out = append(out, x.AddrInfo())
 		}
 	}
+	return out
+}
+
+// advertPolicy is when the node publishes its advert ([discovery]).
+func (d *discoverer) advertPolicy() discovery.AdvertPolicy {
+	push := d.cfg.AdvertPushMax
+	if push == 0 {
+		push = -1 // no limit
+	}
+	return discovery.AdvertPolicy{Refresh: d.cfg.AdvertInterval.Std(), LoadInterval: d.cfg.LoadInterval.Std(), PushMax: push}
 }
 
 // providers lists the peers that offer profile and that this node is now
@@ -400,7 +381,14 @@ func (d *discoverer) publishAdverts(ctx context.Context) {
 func (d *discoverer) providers(ctx context.Context, profile string) ([]peer.ID, map[peer.ID]error) {
 	ctx, cancel := context.WithTimeout(ctx, providersTimeout)
 	defer cancel()
+	if d.gossip != nil {
+		// From now on the adverts of its providers reach this node.
+		if err := d.gossip.Want(profile); err != nil {
+			d.log.Debug("want profile", "profile", profile, "err", err)
+		}
+	}
 	var (
+		free        bool // a reached provider has a free slot, as far as is known
 		out         []peer.ID
 		unreachable = map[peer.ID]error{}
 		mu          sync.Mutex
@@ -419,18 +407,22 @@ func (d *discoverer) providers(ctx context.Context, profile string) ([]peer.ID, 
 				return
 			}
 			out = append(out, p)
+			free = free || k.Assertion.Capacity.FreeSlots > 0
 		})
 	}
 	wg.Wait()
-	if len(out) > 0 || d.dht == nil {
+	// Past advert_push_max providers of a profile, the rest push nothing:
+	// when none of those known has a free slot, pull a few more from the
+	// DHT and ask them.
+	if free || d.dht == nil {
 		return out, unreachable
 	}
-	hints, err := d.dht.FindProviders(ctx, profile, 8)
+	hints, err := d.dht.FindProviders(ctx, profile, pullProviders)
 	if err != nil {
 		d.log.Debug("dht find providers", "profile", profile, "err", err)
 	}
 	for _, x := range hints {
-		if x.ID == d.h.ID() || d.gate.denied(x.ID) {
+		if x.ID == d.h.ID() || d.gate.denied(x.ID) || slices.Contains(out, x.ID) {
 			continue
 		}
 		d.hint(ctx, x)

@@ -237,10 +237,15 @@ func (n *Node) build() (_ *built, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: resource manager: %w", err)
 	}
+	cm, err := connManager(n.cfg, known)
+	if err != nil {
+		return nil, err
+	}
 	b.h, err = libp2p.New(append([]libp2p.Option{
 		libp2p.Identity(b.id.Libp2pKey()),
 		libp2p.ConnectionGater(b.gate),
 		libp2p.ResourceManager(rm),
+		libp2p.ConnectionManager(cm),
 		// Listening happens below, address by address: libp2p's own
 		// listen succeeds when any one address binds.
 		libp2p.NoListenAddrs,
@@ -249,6 +254,7 @@ func (n *Node) build() (_ *built, err error) {
 		libp2p.UserAgent("kith/" + Version),
 	}, n.natOptions(b.gate)...)...)
 	if err != nil {
+		_ = cm.Close()
 		return nil, fmt.Errorf("node: libp2p host: %w", err)
 	}
 	b.onClose(b.h.Close)
@@ -416,6 +422,7 @@ type hostDialer struct {
 }
 
 func (d hostDialer) OpenStream(ctx context.Context, p peer.ID) (delegation.Stream, error) {
+	markDelegate(d.h.ConnManager(), p)
 	if d.fnd.disc != nil && d.h.Network().Connectedness(p) != network.Connected && len(d.h.Peerstore().Addrs(p)) == 0 {
 		// A peer known from a gossiped advert, or named by ID alone: find
 		// its addresses (the DHT) first, or say why there are none.

@@ -157,14 +157,42 @@ type Discovery struct {
 	DHT DHTMode `toml:"dht"`
 
 	// Gossip publishes this node's signed capability advert with its load
-	// on the /kith/capabilities/1 topic and listens to others'. Default:
-	// true.
+	// on the topic of each profile it offers (/kith/capabilities/1/<hash>)
+	// and listens on the topics of the profiles it offers or requests
+	// (docs/scale.md). Default: true.
 	Gossip bool `toml:"gossip"`
 
-	// AdvertInterval is how often the advert is published when nothing
-	// changes (a change of load publishes at once). Default: "30s"; at
-	// least "1s".
+	// AdvertInterval is how often the full advert is published when
+	// nothing changes. Default: "2m"; from "1s" to "2m30s" (half the
+	// five-minute life of a signed capability assertion, so one lost
+	// advert does not make the node vanish).
 	AdvertInterval Duration `toml:"advert_interval"`
+
+	// LoadInterval is the least time between two adverts: a meaningful
+	// load change (becoming full or free, or a quarter of the slots) is
+	// published once this long has passed since the last advert. Peers
+	// drop adverts that come less than a second apart. Default: "10s"; at
+	// least "1s".
+	LoadInterval Duration `toml:"load_interval"`
+
+	// AdvertPushMax is how many providers of one profile push adverts on
+	// its topic (the first in a rank all nodes agree on); past it, the
+	// others stay silent there and requesters find them through the DHT
+	// and ask them at request time. 0 means no limit. Default: 8.
+	AdvertPushMax int `toml:"advert_push_max"`
+
+	// LegacyTopic also listens on /kith/capabilities/1, the one topic of
+	// kith before per-profile topics, and publishes the full advert there
+	// every advert_interval: turn it on while nodes of earlier versions
+	// remain in the mesh. Default: false.
+	LegacyTopic bool `toml:"legacy_topic"`
+
+	// ConnsLow and ConnsHigh are the connection manager's water marks:
+	// past ConnsHigh connections it closes the least useful down to
+	// ConnsLow, DHT-only peers first. Static peers, relays and peers this
+	// node delegates with are kept. Default: 64 and 192.
+	ConnsLow  int `toml:"conns_low"`
+	ConnsHigh int `toml:"conns_high"`
 }
 
 // NAT is the [nat] table.
@@ -395,7 +423,11 @@ func Default() Config {
 			DHT:            DHTAuto,
 			Gossip:         true,
 			DNSSDInterval:  Duration(5 * time.Minute),
-			AdvertInterval: Duration(30 * time.Second),
+			AdvertInterval: Duration(2 * time.Minute),
+			LoadInterval:   Duration(10 * time.Second),
+			AdvertPushMax:  8,
+			ConnsLow:       64,
+			ConnsHigh:      192,
 		},
 		NAT: NAT{
 			RelayBootDelay:       Duration(2 * time.Second),

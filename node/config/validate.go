@@ -143,10 +143,23 @@ func (d Discovery) validate(ps *problems) {
 	}
 	positive(ps, "discovery.dnssd_interval", d.DNSSDInterval)
 	enumValue(ps, "discovery.dht", d.DHT)
-	if positive(ps, "discovery.advert_interval", d.AdvertInterval) && d.AdvertInterval.Std() < time.Second {
-		ps.add("discovery.advert_interval", "%s; want at least \"1s\"", d.AdvertInterval)
+	if positive(ps, "discovery.advert_interval", d.AdvertInterval) && (d.AdvertInterval.Std() < time.Second || d.AdvertInterval.Std() > MaxAdvertInterval) {
+		ps.add("discovery.advert_interval", "%s; want from \"1s\" to %q", d.AdvertInterval, Duration(MaxAdvertInterval))
+	}
+	if positive(ps, "discovery.load_interval", d.LoadInterval) && d.LoadInterval.Std() < time.Second {
+		ps.add("discovery.load_interval", "%s; want at least \"1s\"", d.LoadInterval)
+	}
+	if d.AdvertPushMax < 0 {
+		ps.add("discovery.advert_push_max", "%d; want 0 (no limit) or more", d.AdvertPushMax)
+	}
+	if d.ConnsLow < 1 || d.ConnsHigh < d.ConnsLow {
+		ps.add("discovery.conns_low", "%d and conns_high %d; want 1 <= conns_low <= conns_high", d.ConnsLow, d.ConnsHigh)
 	}
 }
+
+// MaxAdvertInterval is the longest discovery.advert_interval: half the
+// five-minute life of a signed capability assertion.
+const MaxAdvertInterval = 150 * time.Second
 
 // validDomain accepts a DNS name of letters, digits, hyphens and
 // underscores in dot-separated labels of 1 to 63 bytes, 253 at most, with
