@@ -12,10 +12,15 @@ import (
 	"github.com/kithmesh/kith/node/api"
 )
 
-func startNode(t *testing.T) (*Node, context.CancelFunc, <-chan error) {
+// startNode runs a node on loopback (TCP, or the listen addresses given)
+// until the returned cancel; done gives Run's error.
+func startNode(t testing.TB, listen ...string) (_ *Node, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
 	home := filepath.Join(t.TempDir(), "home")
-	if _, err := Init(home, []string{"/ip4/127.0.0.1/tcp/0"}); err != nil {
+	if len(listen) == 0 {
+		listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	}
+	if _, err := Init(home, listen); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := LoadConfig(home)
@@ -28,16 +33,16 @@ func startNode(t *testing.T) (*Node, context.CancelFunc, <-chan error) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
+	ran := make(chan error, 1)
+	go func() { ran <- n.Run(ctx) }()
 	select {
 	case <-n.Ready():
-	case err := <-done:
+	case err := <-ran:
 		t.Fatal(err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("node never became ready")
 	}
-	return n, cancel, done
+	return n, cancel, ran
 }
 
 // A node's Run owns every goroutine it starts: after it returns, none is

@@ -112,7 +112,7 @@ func BenchmarkMemoryPerPeer(b *testing.B) {
 		b.Run(tr, func(b *testing.B) {
 			for range b.N {
 				bare := bareHostMemory(b, tr)
-				n, cancel, done := startNodeB(b)
+				n, cancel, done := startNode(b, "/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1")
 				node := peerMemory(b, n.Host(), tr, os.Getenv("KITH_PEERMEM_PROFILE"))
 				cancel()
 				<-done
@@ -238,32 +238,6 @@ func peerMemory(b *testing.B, h host.Host, transport, profile string) memPerPeer
 		m.rss = perPeer(rssAfter, rssBefore)
 	}
 	return m
-}
-
-func startNodeB(b *testing.B) (*Node, context.CancelFunc, <-chan error) {
-	b.Helper()
-	home := b.TempDir() + "/home"
-	if _, err := Init(home, []string{"/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"}); err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := LoadConfig(home)
-	if err != nil {
-		b.Fatal(err)
-	}
-	offHostNetwork(&cfg)
-	n, err := New(home, cfg, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	select {
-	case <-n.Ready():
-	case err := <-done:
-		b.Fatal(err)
-	}
-	return n, cancel, done
 }
 
 // rss is this process's resident set in bytes, 0 where /proc is missing.
