@@ -49,6 +49,14 @@ var apiRoutes = []apiRoute{
 	{"GET", "/gpu", "VRAM inventory and leases", (*Node).handleGPU, nil, api.GPU{}, false},
 	{"GET", "/status", "NAT, reachability, relays and connections", (*Node).handleStatus, nil, api.Status{}, false},
 	{"GET", "/discovery", "Known peers with their sources and verified profiles (?profile= to search)", (*Node).handleDiscovery, nil, api.Discovery{}, false},
+	// WorkPlans (plans.go)
+	{"POST", "/plans", "Check a plan file (check_only) or check and start it", (*Node).handlePlanRun, api.PlanRun{}, api.Plan{}, false},
+	{"GET", "/plans", "The plans this node coordinates, newest first", (*Node).handlePlans, nil, []api.Plan{}, false},
+	{"GET", "/plans/{id}", "One plan: its steps in dependency order, where each attempt ran, and its ledger", (*Node).handlePlan, nil, api.Plan{}, false},
+	{"POST", "/plans/{id}/cancel", "Cancel a running plan", (*Node).handlePlanCancel, api.PlanCancel{}, struct{}{}, false},
+	{"GET", "/plans/{id}/decisions", "A plan's decisions ledger, oldest entry first", (*Node).handleDecisions, nil, []api.LedgerEntry{}, false},
+	{"POST", "/plans/{id}/decisions/merge", "Merge a pending proposal (ref: entry number or slug)", (*Node).handleDecision, api.LedgerAction{}, api.LedgerEntry{}, false},
+	{"POST", "/plans/{id}/decisions/reject", "Reject a pending proposal, with a reason (why)", (*Node).handleDecision, api.LedgerAction{}, api.LedgerEntry{}, false},
 }
 
 func (n *Node) apiHandler() http.Handler {

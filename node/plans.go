@@ -15,20 +15,6 @@ import (
 	"github.com/kithmesh/kith/store"
 )
 
-// The WorkPlan routes join the REST API's table (and so its OpenAPI
-// document) from here, so that the plan feature stays in this file.
-func init() {
-	apiRoutes = append(apiRoutes,
-		apiRoute{"POST", "/plans", "Check a plan file (check_only) or check and start it", (*Node).handlePlanRun, api.PlanRun{}, api.Plan{}, false},
-		apiRoute{"GET", "/plans", "The plans this node coordinates, newest first", (*Node).handlePlans, nil, []api.Plan{}, false},
-		apiRoute{"GET", "/plans/{id}", "One plan: its steps in dependency order, where each attempt ran, and its ledger", (*Node).handlePlan, nil, api.Plan{}, false},
-		apiRoute{"POST", "/plans/{id}/cancel", "Cancel a running plan", (*Node).handlePlanCancel, api.PlanCancel{}, struct{}{}, false},
-		apiRoute{"GET", "/plans/{id}/decisions", "A plan's decisions ledger, oldest entry first", (*Node).handleDecisions, nil, []api.LedgerEntry{}, false},
-		apiRoute{"POST", "/plans/{id}/decisions/merge", "Merge a pending proposal (ref: entry number or slug)", (*Node).handleDecision, api.LedgerAction{}, api.LedgerEntry{}, false},
-		apiRoute{"POST", "/plans/{id}/decisions/reject", "Reject a pending proposal, with a reason (why)", (*Node).handleDecision, api.LedgerAction{}, api.LedgerEntry{}, false},
-	)
-}
-
 // startPlans makes the WorkPlan coordinator over the running engine and
 // runs it, resuming the plans a previous run left unfinished. stop ends it
 // (before the engine stops) and returns Run's error. A coordinator that
