@@ -191,14 +191,16 @@ func ParseHeader(b []byte) (Header, error) {
 	// The fields a header must have, and those it must not, follow from
 	// its version: a session stream has no encapsulated key and a setup
 	// stream names no session. Other versions are refused later, by
-	// version, with ErrBadVersion.
+	// version, with ErrBadVersion; until then they are read as a setup
+	// header, so they name no session either (Marshal writes the session
+	// fields of a version 2 header only).
 	need := []protowire.Number{hdrSender, hdrRecipient, hdrMessageID, hdrIssuedAt, hdrExpiresAt, hdrEnc}
 	var forbid []protowire.Number
 	switch h.Version {
 	case SessionVersion:
 		need = []protowire.Number{hdrSender, hdrRecipient, hdrMessageID, hdrIssuedAt, hdrExpiresAt, hdrSession, hdrStreamSeq}
 		forbid = []protowire.Number{hdrEnc, hdrOffer}
-	case EnvelopeVersion:
+	default:
 		forbid = []protowire.Number{hdrSession, hdrStreamSeq}
 	}
 	for _, f := range need {
