@@ -287,20 +287,25 @@ func getPlanJSON(txn *badger.Txn, key []byte, v any, what string) error {
 	})
 }
 
-// eachPlanValue calls fn with the value of every key under prefix, in key
-// order.
-func eachPlanValue(txn *badger.Txn, prefix []byte, fn func(key, value []byte) error) error {
-	o := badger.DefaultIteratorOptions
-	o.Prefix = prefix
-	it := txn.NewIterator(o)
-	defer it.Close()
-	for it.Seek(prefix); it.Valid(); it.Next() {
-		item := it.Item()
-		if err := item.Value(func(v []byte) error { return fn(item.Key(), v) }); err != nil {
-			return err
-		}
-	}
-	return nil
+// planValues decodes the JSON record under every key below prefix, in key
+// order, and converts each with conv; what names the records in errors.
+func planValues[R, T any](txn *badger.Txn, prefix []byte, what string, conv func(R) (T, error)) ([]T, error) {
+	var out []T
+	err := scanPrefix(txn, prefix, nil, false, func(item *badger.Item) error {
+		return item.Value(func(v []byte) error {
+			var r R
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("%w: decode %s: %v", ErrCorrupt, what, err)
+			}
+			x, err := conv(r)
+			if err != nil {
+				return err
+			}
+			out = append(out, x)
+			return nil
+		})
+	})
+	return out, err
 }
 
 func validSubtaskID(id string) error {
@@ -385,19 +390,9 @@ func (s *Store) UpdatePlan(id protocol.DelegationID, fn func(*Plan) error) (Plan
 // ListPlans returns every plan, newest first.
 func (s *Store) ListPlans() ([]Plan, error) {
 	var out []Plan
-	err := s.view(func(txn *badger.Txn) error {
-		return eachPlanValue(txn, []byte(prefixPlanRecord), func(_, v []byte) error {
-			var r planRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("%w: decode plan: %v", ErrCorrupt, err)
-			}
-			p, err := r.plan()
-			if err != nil {
-				return err
-			}
-			out = append(out, p)
-			return nil
-		})
+	err := s.view(func(txn *badger.Txn) (err error) {
+		out, err = planValues(txn, []byte(prefixPlanRecord), "plan", planRecord.plan)
+		return err
 	})
 	slices.SortStableFunc(out, func(a, b Plan) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	return out, err
@@ -406,19 +401,10 @@ func (s *Store) ListPlans() ([]Plan, error) {
 // PlanSubtasks returns the subtasks of a plan, ordered by ID.
 func (s *Store) PlanSubtasks(id protocol.DelegationID) ([]PlanSubtask, error) {
 	var out []PlanSubtask
-	err := s.view(func(txn *badger.Txn) error {
-		return eachPlanValue(txn, planSubtaskPrefix(id), func(_, v []byte) error {
-			var r planSubtaskRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("%w: decode plan %s subtask: %v", ErrCorrupt, id, err)
-			}
-			st, err := r.subtask(id)
-			if err != nil {
-				return err
-			}
-			out = append(out, st)
-			return nil
-		})
+	err := s.view(func(txn *badger.Txn) (err error) {
+		out, err = planValues(txn, planSubtaskPrefix(id), "plan "+id.String()+" subtask",
+			func(r planSubtaskRecord) (PlanSubtask, error) { return r.subtask(id) })
+		return err
 	})
 	return out, err
 }
@@ -529,20 +515,8 @@ func (s *Store) appendPlanEntries(txn *badger.Txn, plan protocol.DelegationID, e
 }
 
 func planLedger(txn *badger.Txn, plan protocol.DelegationID) ([]PlanEntry, error) {
-	var out []PlanEntry
-	err := eachPlanValue(txn, planEntryPrefix(plan), func(_, v []byte) error {
-		var r planEntryRecord
-		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("%w: decode plan %s ledger entry: %v", ErrCorrupt, plan, err)
-		}
-		e, err := r.entry(plan)
-		if err != nil {
-			return err
-		}
-		out = append(out, e)
-		return nil
-	})
-	return out, err
+	return planValues(txn, planEntryPrefix(plan), "plan "+plan.String()+" ledger entry",
+		func(r planEntryRecord) (PlanEntry, error) { return r.entry(plan) })
 }
 
 // PlanLedger returns a plan's ledger, oldest entry first.
