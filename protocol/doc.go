@@ -146,6 +146,43 @@
 // offer (an unknown header field) and answers with a sealed frame, which
 // tells the opener there will be no ack; a 1.1 opener never offers.
 //
+// # Multi-turn delegations (1.3)
+//
+// An executor may pause a delegation to ask its requester a question. The
+// provider ends the turn with a delegation_status of state input_required
+// whose partial is the question and whose usage is what the conversation
+// has used; it gives back the remote-pool slot and the VRAM lease while it
+// waits. The requester answers with a continuation: a delegation_offer
+// that names the same delegation_id, carries turn n+1 and the answer as
+// its task, and nothing else. The provider checks it (the peer is the
+// delegation's requester, the delegation waits for input, the turn follows,
+// the deadline has not passed, budget is left), logs it, and answers with
+// a running status of the new turn before the executor runs again with
+// every turn so far. Deadline and budget are the first offer's, for the
+// whole conversation.
+//
+//	requester                                                 provider
+//	  | delegation_offer{id, ..., multi_turn: true}               |
+//	  |---------------------------------------------------------->|
+//	  |<-- delegation_accept, status{running, turn 1} ... --------|
+//	  |<-- status{input_required, turn 1, partial: question,      |
+//	  |           usage so far} ----------------------------------|  slot and lease given back
+//	  | delegation_offer{id, turn: 2, task: answer}               |
+//	  |---------------------------------------------------------->|  checked, logged
+//	  |<-- status{running, turn 2} ... ---------------------------|
+//	  |<-- delegation_result{proof{turns: 2, transcript covers    |
+//	  |      accept, statuses and the continuation, in order}} ---|
+//
+// Negotiation both ways: a requester marks an offer multi_turn, and sends
+// continuations, only to a provider whose assertion lists 1.3; a provider
+// pauses only an offer so marked (otherwise a question fails the
+// delegation, as before 1.3). A 1.2 peer ignores the turn field and so
+// reads a continuation as an offer with no profile: malformed, refused,
+// never a fresh task. A continuation that cannot continue is answered with
+// a delegation_reject: unknown_delegation (no such delegation of this
+// peer, also when another peer has one), not_waiting, turn_out_of_order,
+// expired or budget_too_low; the delegation is unchanged.
+//
 // # Writes
 //
 // A Conn writes the Hello and the first message in one Write, the session
@@ -178,4 +215,12 @@
 //	                                  stream_seq (11), header version 2;
 //	                                  Hello.mac (3); the session ack and
 //	                                  reject control frames.
+//	2026-12-02  1.3                   Multi-turn delegations:
+//	                                  DelegationOffer multi_turn (11) and
+//	                                  turn (12, a continuation);
+//	                                  DelegationStatus turn (8) and usage
+//	                                  (9); ResultProof turns (9); reject
+//	                                  reasons not_waiting (12),
+//	                                  turn_out_of_order (13),
+//	                                  unknown_delegation (14).
 package protocol

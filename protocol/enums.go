@@ -123,12 +123,20 @@ const (
 	// ReasonPayloadTooLarge (1.1): the task is larger than the provider's
 	// max_payload_bytes.
 	ReasonPayloadTooLarge
+	// 1.3, the answers to a continuation that cannot continue: the
+	// delegation is not waiting for input, the turn does not follow the
+	// last one, or the peer has no delegation of that ID here (also when
+	// another peer has: IDs cannot be probed).
+	ReasonNotWaiting
+	ReasonTurnOutOfOrder
+	ReasonUnknownDelegation
 )
 
 var reasonNames = [...]string{
 	"unspecified", "busy", "no_matching_profile", "budget_too_low", "budget_too_high",
 	"not_allowed", "rate_limited", "loop_detected", "insufficient_vram",
 	"version_unsupported", "expired", "payload_too_large",
+	"not_waiting", "turn_out_of_order", "unknown_delegation",
 }
 
 func (r RejectReason) String() string {

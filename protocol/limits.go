@@ -29,6 +29,9 @@ const (
 	MaxDeviceLen        = 128 // a lease's device name
 	MaxReasonLen        = 1024
 	MaxProgressPermille = 1000
+	// MaxTurns bounds a multi-turn delegation (1.3): the first offer and
+	// its continuations together.
+	MaxTurns = 64
 )
 
 // Payload limits. A task, a result's output, and all the partial output of

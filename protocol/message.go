@@ -10,8 +10,9 @@ import (
 // Message is one of the eight message types of /kith/delegate/1.0.0:
 // *CapabilityQuery, *CapabilityResponse, *DelegationOffer,
 // *DelegationAccept, *DelegationReject, *DelegationStatus,
-// *DelegationResult or *DelegationCancel. Only pointers satisfy it, so a
-// type switch over a decoded Message has exactly one case per type.
+// *DelegationResult or *DelegationCancel, and *DelegationContinue (1.3),
+// which travels as a delegation_offer. Only pointers satisfy it, so a type
+// switch over a decoded Message has exactly one case per kind.
 type Message interface {
 	// Type is the message's type; the envelope header carries it for the
 	// first message of a stream.
@@ -73,6 +74,15 @@ func messageToWire(m Message) (*pb.Message, error) {
 		}
 		return &pb.Message{Body: &pb.Message_CapabilityResponse{CapabilityResponse: w}}, nil
 	case *DelegationOffer:
+		if m == nil {
+			return nil, nilErr
+		}
+		w, err := m.toWire()
+		if err != nil {
+			return nil, within(name, err)
+		}
+		return &pb.Message{Body: &pb.Message_DelegationOffer{DelegationOffer: w}}, nil
+	case *DelegationContinue:
 		if m == nil {
 			return nil, nilErr
 		}
@@ -146,7 +156,11 @@ func messageFromWire(w *pb.Message) (Message, error) {
 		m, err = capabilityResponseFromWire(b.CapabilityResponse)
 		err = within("capability_response", err)
 	case *pb.Message_DelegationOffer:
-		m, err = delegationOfferFromWire(b.DelegationOffer)
+		if b.DelegationOffer.GetTurn() != 0 {
+			m, err = delegationContinueFromWire(b.DelegationOffer)
+		} else {
+			m, err = delegationOfferFromWire(b.DelegationOffer)
+		}
 		err = within("delegation_offer", err)
 	case *pb.Message_DelegationAccept:
 		m, err = delegationAcceptFromWire(b.DelegationAccept)

@@ -25,6 +25,10 @@ type DelegationOffer struct {
 	Chain    []peer.ID    // peers the task has passed, oldest first
 	Priority int32        // higher runs first
 	ParentID DelegationID // the delegation this one was spawned by; zero if none
+	// MultiTurn (1.3): the requester can answer a status of state
+	// input_required with a DelegationContinue. Set it only for a provider
+	// that speaks MultiTurn.
+	MultiTurn bool
 }
 
 func (*DelegationOffer) Type() MessageType { return TypeDelegationOffer }
@@ -80,6 +84,7 @@ func (o *DelegationOffer) toWire() (*pb.DelegationOffer, error) {
 		TimeoutMs:    timeout,
 		HopLimit:     o.HopLimit,
 		Priority:     o.Priority,
+		MultiTurn:    o.MultiTurn,
 	}
 	if !o.ParentID.IsZero() {
 		w.ParentId = o.ParentID[:]
@@ -91,6 +96,9 @@ func (o *DelegationOffer) toWire() (*pb.DelegationOffer, error) {
 }
 
 func delegationOfferFromWire(w *pb.DelegationOffer) (*DelegationOffer, error) {
+	if w.GetTurn() != 0 {
+		return nil, invalid("turn", "%d on a first offer (a continuation decodes as DelegationContinue)", w.GetTurn())
+	}
 	id, err := delegationIDFromWire("delegation_id", w.GetDelegationId())
 	if err != nil {
 		return nil, err
@@ -119,6 +127,7 @@ func delegationOfferFromWire(w *pb.DelegationOffer) (*DelegationOffer, error) {
 		HopLimit:     w.GetHopLimit(),
 		Priority:     w.GetPriority(),
 		ParentID:     parent,
+		MultiTurn:    w.GetMultiTurn(),
 	}
 	if len(chain) > 0 {
 		o.Chain = make([]peer.ID, len(chain))
@@ -129,4 +138,80 @@ func delegationOfferFromWire(w *pb.DelegationOffer) (*DelegationOffer, error) {
 		}
 	}
 	return o, o.check()
+}
+
+// DelegationContinue (1.3) answers a provider's input_required: it carries
+// the next turn's input for delegation ID, which goes on with the same
+// provider, under the first offer's profile, budget and deadline. On the
+// wire it is a delegation_offer whose turn is 2 or more and which carries
+// nothing but delegation_id, turn and task; DecodeMessage returns one for
+// such an offer, so a type switch over messages never takes a
+// continuation for a fresh offer. A requester sends it only to a provider
+// that speaks MultiTurn, for a delegation it offered multi_turn.
+type DelegationContinue struct {
+	ID   DelegationID
+	Turn uint32 // the turn it starts: 2 for the answer to the first question
+	Task Task   // the answer
+}
+
+// Type is TypeDelegationOffer: a continuation travels as an offer.
+func (*DelegationContinue) Type() MessageType { return TypeDelegationOffer }
+
+func (c *DelegationContinue) check() error {
+	if err := checkDelegationID("delegation_id", c.ID); err != nil {
+		return err
+	}
+	if c.Turn < 2 || c.Turn > MaxTurns {
+		return invalid("turn", "%d; a continuation starts turn 2..%d", c.Turn, MaxTurns)
+	}
+	if len(c.Task.Parts) == 0 {
+		return invalid("task.parts", "a continuation carries the answer")
+	}
+	return within("task", c.Task.check())
+}
+
+func (c *DelegationContinue) toWire() (*pb.DelegationOffer, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	task, err := c.Task.toWire()
+	if err != nil {
+		return nil, within("task", err)
+	}
+	return &pb.DelegationOffer{DelegationId: c.ID[:], Task: task, Turn: c.Turn}, nil
+}
+
+// delegationContinueFromWire decodes an offer whose turn is set. Any field
+// of a first offer in it is refused: a continuation cannot change what the
+// first offer settled, and a value that would be ignored is a sender's bug
+// better reported than hidden.
+func delegationContinueFromWire(w *pb.DelegationOffer) (*DelegationContinue, error) {
+	id, err := delegationIDFromWire("delegation_id", w.GetDelegationId())
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"profile", w.GetProfile() != ""},
+		{"context_id", w.GetContextId() != ""},
+		{"budget_tokens", w.GetBudgetTokens() != 0},
+		{"timeout_ms", w.GetTimeoutMs() != 0},
+		{"hop_limit", w.GetHopLimit() != 0},
+		{"chain", len(w.GetChain()) != 0},
+		{"priority", w.GetPriority() != 0},
+		{"parent_id", len(w.GetParentId()) != 0},
+		{"multi_turn", w.GetMultiTurn()},
+	} {
+		if f.set {
+			return nil, invalid(f.name, "set on a continuation, which carries only delegation_id, turn and task")
+		}
+	}
+	task, err := taskFromWire(w.GetTask())
+	if err != nil {
+		return nil, within("task", err)
+	}
+	c := &DelegationContinue{ID: id, Turn: w.GetTurn(), Task: task}
+	return c, c.check()
 }

@@ -22,6 +22,9 @@ type ResultProof struct {
 	Usage            Usage
 	CompletedAt      time.Time
 	State            State // terminal
+	// Turns (1.3) is how many turns a multi-turn delegation took; 0 for
+	// one that took one. The transcript then covers every continuation.
+	Turns uint32
 }
 
 func (p *ResultProof) check() error {
@@ -43,6 +46,9 @@ func (p *ResultProof) check() error {
 	if !p.State.Terminal() {
 		return invalid("state", "%s is not a terminal state", p.State)
 	}
+	if p.Turns == 1 || p.Turns > MaxTurns {
+		return invalid("turns", "%d; 0 for one turn, else 2..%d", p.Turns, MaxTurns)
+	}
 	return nil
 }
 
@@ -59,6 +65,7 @@ func (p *ResultProof) toWire() (*pb.ResultProof, error) {
 		Usage:             usageToWire(p.Usage),
 		CompletedAtUnixMs: timeToWire(p.CompletedAt),
 		State:             stateToWire(p.State),
+		Turns:             p.Turns,
 	}, nil
 }
 
@@ -96,6 +103,7 @@ func resultProofFromWire(w *pb.ResultProof) (*ResultProof, error) {
 		Usage:            usageFromWire(w.GetUsage()),
 		CompletedAt:      timeFromWire(w.GetCompletedAtUnixMs()),
 		State:            state,
+		Turns:            w.GetTurns(),
 	}
 	return p, p.check()
 }

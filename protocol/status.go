@@ -20,6 +20,12 @@ type DelegationStatus struct {
 	Seq              uint64 // increases with every status of one delegation
 	Query            bool
 	Reason           string // why the state changed (e.g. preempted), for people
+	// Turn (1.3) is the turn of a multi-turn delegation the status belongs
+	// to, from 1; 0 when the offer was not multi_turn. A status of state
+	// input_required ends its turn: Partial is then the question, not
+	// output, and Usage what the conversation has used so far.
+	Turn  uint32
+	Usage Usage
 }
 
 // DelegationResult is the provider's final word on a delegation.
@@ -58,7 +64,10 @@ func (s *DelegationStatus) check() error {
 	if err := checkParts("partial", s.Partial); err != nil {
 		return err
 	}
-	if s.Query && (s.State != StateUnknown || s.ProgressPermille != 0 || len(s.Partial) > 0) {
+	if s.Turn > MaxTurns {
+		return invalid("turn", "%d, limit %d", s.Turn, MaxTurns)
+	}
+	if s.Query && (s.State != StateUnknown || s.ProgressPermille != 0 || len(s.Partial) > 0 || s.Turn != 0 || s.Usage != (Usage{})) {
 		// A query that also claims a state would be ambiguous about who
 		// is reporting to whom.
 		return invalid("query", "a status query carries no state, progress or output")
@@ -78,6 +87,8 @@ func (s *DelegationStatus) toWire() (*pb.DelegationStatus, error) {
 		Seq:              s.Seq,
 		Query:            s.Query,
 		Reason:           s.Reason,
+		Turn:             s.Turn,
+		Usage:            usageToWire(s.Usage),
 	}, nil
 }
 
@@ -102,6 +113,8 @@ func delegationStatusFromWire(w *pb.DelegationStatus) (*DelegationStatus, error)
 		Seq:              w.GetSeq(),
 		Query:            w.GetQuery(),
 		Reason:           w.GetReason(),
+		Turn:             w.GetTurn(),
+		Usage:            usageFromWire(w.GetUsage()),
 	}
 	return s, s.check()
 }

@@ -29,7 +29,26 @@ type Version struct {
 //	1.1  chunked messages (Chunk) and max_payload_bytes in assertions
 //	1.2  envelope sessions (negotiated in the envelope itself: an offer
 //	     in the signed header, an ack from the responder)
-var Supported = []Version{{1, 0}, {1, 1}, {1, 2}}
+//	1.3  multi-turn delegations: input_required with a question, answered
+//	     by a continuation (an offer with turn >= 2); see MultiTurn
+var Supported = []Version{{1, 0}, {1, 1}, {1, 2}, {1, 3}}
+
+// MultiTurn is the version that brings multi-turn delegations. A requester
+// marks an offer multi_turn, and sends continuations, only to a provider
+// whose capability assertion lists it; a provider pauses a delegation for
+// input only when its offer is so marked.
+var MultiTurn = Version{1, 3}
+
+// Speaks reports whether a peer that lists vs speaks v (a listed version
+// of the same major and at least v's minor implies it).
+func Speaks(vs []Version, v Version) bool {
+	for _, w := range vs {
+		if w.Major == v.Major && w.Minor >= v.Minor {
+			return true
+		}
+	}
+	return false
+}
 
 func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
 

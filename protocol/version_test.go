@@ -11,7 +11,7 @@ func TestProtocolID(t *testing.T) {
 	if ID != protocol.ID("/kith/delegate/1.0.0") {
 		t.Fatalf("ID = %q", ID)
 	}
-	if len(Supported) == 0 || Supported[len(Supported)-1] != (Version{1, 2}) {
+	if len(Supported) == 0 || Supported[len(Supported)-1] != MultiTurn {
 		t.Fatalf("Supported = %v", Supported)
 	}
 }

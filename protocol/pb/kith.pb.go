@@ -177,6 +177,10 @@ const (
 	RejectReason_REJECT_REASON_VERSION_UNSUPPORTED RejectReason = 9
 	RejectReason_REJECT_REASON_EXPIRED             RejectReason = 10
 	RejectReason_REJECT_REASON_PAYLOAD_TOO_LARGE   RejectReason = 11 // 1.1
+	// 1.3, answers to a continuation (DelegationOffer with turn >= 2):
+	RejectReason_REJECT_REASON_NOT_WAITING        RejectReason = 12 // the delegation is not waiting for input
+	RejectReason_REJECT_REASON_TURN_OUT_OF_ORDER  RejectReason = 13 // the turn does not follow the last one
+	RejectReason_REJECT_REASON_UNKNOWN_DELEGATION RejectReason = 14 // no delegation of this requester has that ID
 )
 
 // Enum value maps for RejectReason.
@@ -194,6 +198,9 @@ var (
 		9:  "REJECT_REASON_VERSION_UNSUPPORTED",
 		10: "REJECT_REASON_EXPIRED",
 		11: "REJECT_REASON_PAYLOAD_TOO_LARGE",
+		12: "REJECT_REASON_NOT_WAITING",
+		13: "REJECT_REASON_TURN_OUT_OF_ORDER",
+		14: "REJECT_REASON_UNKNOWN_DELEGATION",
 	}
 	RejectReason_value = map[string]int32{
 		"REJECT_REASON_UNSPECIFIED":         0,
@@ -208,6 +215,9 @@ var (
 		"REJECT_REASON_VERSION_UNSUPPORTED": 9,
 		"REJECT_REASON_EXPIRED":             10,
 		"REJECT_REASON_PAYLOAD_TOO_LARGE":   11,
+		"REJECT_REASON_NOT_WAITING":         12,
+		"REJECT_REASON_TURN_OUT_OF_ORDER":   13,
+		"REJECT_REASON_UNKNOWN_DELEGATION":  14,
 	}
 )
 
@@ -1021,17 +1031,29 @@ func (x *Capacity) GetFreeSlots() uint32 {
 
 // DelegationOffer: requester → provider.
 type DelegationOffer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DelegationId  []byte                 `protobuf:"bytes,1,opt,name=delegation_id,json=delegationId,proto3" json:"delegation_id,omitempty"` // 16 bytes, chosen by the requester
-	Profile       string                 `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
-	Task          *Task                  `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
-	ContextId     string                 `protobuf:"bytes,4,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"` // A2A context_id, groups delegations of one conversation
-	BudgetTokens  uint64                 `protobuf:"varint,5,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"`
-	TimeoutMs     uint32                 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: the provider's default
-	HopLimit      uint32                 `protobuf:"varint,7,opt,name=hop_limit,json=hopLimit,proto3" json:"hop_limit,omitempty"`    // providers the task may still reach, this one included; 0 is refused
-	Chain         [][]byte               `protobuf:"bytes,8,rep,name=chain,proto3" json:"chain,omitempty"`                           // peer IDs the task has passed, oldest first
-	Priority      int32                  `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`                    // higher runs first
-	ParentId      []byte                 `protobuf:"bytes,10,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`    // delegation this one was spawned by; 16 bytes or empty
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	DelegationId []byte                 `protobuf:"bytes,1,opt,name=delegation_id,json=delegationId,proto3" json:"delegation_id,omitempty"` // 16 bytes, chosen by the requester
+	Profile      string                 `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	Task         *Task                  `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	ContextId    string                 `protobuf:"bytes,4,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"` // A2A context_id, groups delegations of one conversation
+	BudgetTokens uint64                 `protobuf:"varint,5,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"`
+	TimeoutMs    uint32                 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: the provider's default
+	HopLimit     uint32                 `protobuf:"varint,7,opt,name=hop_limit,json=hopLimit,proto3" json:"hop_limit,omitempty"`    // providers the task may still reach, this one included; 0 is refused
+	Chain        [][]byte               `protobuf:"bytes,8,rep,name=chain,proto3" json:"chain,omitempty"`                           // peer IDs the task has passed, oldest first
+	Priority     int32                  `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`                    // higher runs first
+	ParentId     []byte                 `protobuf:"bytes,10,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`    // delegation this one was spawned by; 16 bytes or empty
+	// Multi-turn delegations (1.3). On a first offer (turn 0), multi_turn
+	// says the requester can answer a delegation_status of state
+	// input_required with a continuation; a provider pauses a delegation
+	// only when it does.
+	MultiTurn bool `protobuf:"varint,11,opt,name=multi_turn,json=multiTurn,proto3" json:"multi_turn,omitempty"`
+	// A continuation (turn >= 2) answers the provider's input_required for
+	// delegation_id with the next turn's input in task, on the same
+	// provider. It carries delegation_id, turn and task and nothing else
+	// (no profile, budget, timeout or hop_limit: a continuation cannot
+	// change them), so a peer older than 1.3, which ignores turn, refuses it
+	// as malformed (empty profile) instead of taking it for a fresh offer.
+	Turn          uint32 `protobuf:"varint,12,opt,name=turn,proto3" json:"turn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1134,6 +1156,20 @@ func (x *DelegationOffer) GetParentId() []byte {
 		return x.ParentId
 	}
 	return nil
+}
+
+func (x *DelegationOffer) GetMultiTurn() bool {
+	if x != nil {
+		return x.MultiTurn
+	}
+	return false
+}
+
+func (x *DelegationOffer) GetTurn() uint32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
 }
 
 // Task is shaped like an A2A message.
@@ -1631,8 +1667,15 @@ type DelegationStatus struct {
 	Seq              uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`                                                   // per delegation, increasing
 	Query            bool                   `protobuf:"varint,6,opt,name=query,proto3" json:"query,omitempty"`
 	Reason           string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// 1.3, statuses of a multi_turn delegation: the turn the status belongs
+	// to (1 is the first offer's). A status of state input_required ends its
+	// turn: its partial is the question (not output), and usage is what the
+	// conversation has used so far, so that the requester knows what budget
+	// is left for its answer.
+	Turn          uint32 `protobuf:"varint,8,opt,name=turn,proto3" json:"turn,omitempty"`
+	Usage         *Usage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DelegationStatus) Reset() {
@@ -1712,6 +1755,20 @@ func (x *DelegationStatus) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *DelegationStatus) GetTurn() uint32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *DelegationStatus) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
 }
 
 // DelegationResult: provider → requester; the final word on a delegation.
@@ -1881,8 +1938,13 @@ type ResultProof struct {
 	Usage             *Usage                 `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
 	CompletedAtUnixMs int64                  `protobuf:"varint,7,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
 	State             State                  `protobuf:"varint,8,opt,name=state,proto3,enum=kith.v1.State" json:"state,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// turns (1.3) is how many turns a multi-turn delegation took, set when
+	// more than one. transcript_sha256 then covers each continuation's
+	// plaintext too, in the order the provider logged it (after the
+	// input_required status it answers).
+	Turns         uint32 `protobuf:"varint,9,opt,name=turns,proto3" json:"turns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResultProof) Reset() {
@@ -1969,6 +2031,13 @@ func (x *ResultProof) GetState() State {
 		return x.State
 	}
 	return State_STATE_UNKNOWN
+}
+
+func (x *ResultProof) GetTurns() uint32 {
+	if x != nil {
+		return x.Turns
+	}
+	return 0
 }
 
 // Chunk (1.1) is a piece of one encoded Message that is larger than a
@@ -2144,7 +2213,7 @@ const file_kith_proto_rawDesc = "" +
 	"\bCapacity\x12\x16\n" +
 	"\x06active\x18\x01 \x01(\rR\x06active\x12\x1d\n" +
 	"\n" +
-	"free_slots\x18\x02 \x01(\rR\tfreeSlots\"\xc2\x02\n" +
+	"free_slots\x18\x02 \x01(\rR\tfreeSlots\"\xf5\x02\n" +
 	"\x0fDelegationOffer\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12!\n" +
@@ -2158,7 +2227,10 @@ const file_kith_proto_rawDesc = "" +
 	"\x05chain\x18\b \x03(\fR\x05chain\x12\x1a\n" +
 	"\bpriority\x18\t \x01(\x05R\bpriority\x12\x1b\n" +
 	"\tparent_id\x18\n" +
-	" \x01(\fR\bparentId\"?\n" +
+	" \x01(\fR\bparentId\x12\x1d\n" +
+	"\n" +
+	"multi_turn\x18\v \x01(\bR\tmultiTurn\x12\x12\n" +
+	"\x04turn\x18\f \x01(\rR\x04turn\"?\n" +
 	"\x04Task\x12#\n" +
 	"\x05parts\x18\x01 \x03(\v2\r.kith.v1.PartR\x05parts\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\"\x89\x01\n" +
@@ -2187,7 +2259,7 @@ const file_kith_proto_rawDesc = "" +
 	"\x10DelegationReject\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12-\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x15.kith.v1.RejectReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xf3\x01\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xad\x02\n" +
 	"\x10DelegationStatus\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.kith.v1.StateR\x05state\x12+\n" +
@@ -2195,7 +2267,9 @@ const file_kith_proto_rawDesc = "" +
 	"\apartial\x18\x04 \x03(\v2\r.kith.v1.PartR\apartial\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05query\x18\x06 \x01(\bR\x05query\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\x93\x02\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
+	"\x04turn\x18\b \x01(\rR\x04turn\x12$\n" +
+	"\x05usage\x18\t \x01(\v2\x0e.kith.v1.UsageR\x05usage\"\x93\x02\n" +
 	"\x10DelegationResult\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.kith.v1.StateR\x05state\x12%\n" +
@@ -2210,7 +2284,7 @@ const file_kith_proto_rawDesc = "" +
 	"\n" +
 	"completion\x18\x02 \x01(\x04R\n" +
 	"completion\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\x04R\x05total\"\xb9\x02\n" +
+	"\x05total\x18\x03 \x01(\x04R\x05total\"\xcf\x02\n" +
 	"\vResultProof\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\fR\trequester\x12\x1a\n" +
@@ -2219,7 +2293,8 @@ const file_kith_proto_rawDesc = "" +
 	"\x11transcript_sha256\x18\x05 \x01(\fR\x10transcriptSha256\x12$\n" +
 	"\x05usage\x18\x06 \x01(\v2\x0e.kith.v1.UsageR\x05usage\x12/\n" +
 	"\x14completed_at_unix_ms\x18\a \x01(\x03R\x11completedAtUnixMs\x12$\n" +
-	"\x05state\x18\b \x01(\x0e2\x0e.kith.v1.StateR\x05state\":\n" +
+	"\x05state\x18\b \x01(\x0e2\x0e.kith.v1.StateR\x05state\x12\x14\n" +
+	"\x05turns\x18\t \x01(\rR\x05turns\":\n" +
 	"\x05Chunk\x12\x1d\n" +
 	"\n" +
 	"total_size\x18\x01 \x01(\x04R\ttotalSize\x12\x12\n" +
@@ -2244,7 +2319,7 @@ const file_kith_proto_rawDesc = "" +
 	"\rSTATE_EXPIRED\x10\b\x12\x12\n" +
 	"\x0eSTATE_REJECTED\x10\t\x12\x13\n" +
 	"\x0fSTATE_PREEMPTED\x10\n" +
-	"*\x9d\x03\n" +
+	"*\x87\x04\n" +
 	"\fRejectReason\x12\x1d\n" +
 	"\x19REJECT_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12REJECT_REASON_BUSY\x10\x01\x12%\n" +
@@ -2258,7 +2333,10 @@ const file_kith_proto_rawDesc = "" +
 	"!REJECT_REASON_VERSION_UNSUPPORTED\x10\t\x12\x19\n" +
 	"\x15REJECT_REASON_EXPIRED\x10\n" +
 	"\x12#\n" +
-	"\x1fREJECT_REASON_PAYLOAD_TOO_LARGE\x10\vB)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
+	"\x1fREJECT_REASON_PAYLOAD_TOO_LARGE\x10\v\x12\x1d\n" +
+	"\x19REJECT_REASON_NOT_WAITING\x10\f\x12#\n" +
+	"\x1fREJECT_REASON_TURN_OUT_OF_ORDER\x10\r\x12$\n" +
+	" REJECT_REASON_UNKNOWN_DELEGATION\x10\x0eB)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
 
 var (
 	file_kith_proto_rawDescOnce sync.Once
@@ -2326,17 +2404,18 @@ var file_kith_proto_depIdxs = []int32{
 	2,  // 19: kith.v1.DelegationReject.reason:type_name -> kith.v1.RejectReason
 	1,  // 20: kith.v1.DelegationStatus.state:type_name -> kith.v1.State
 	14, // 21: kith.v1.DelegationStatus.partial:type_name -> kith.v1.Part
-	1,  // 22: kith.v1.DelegationResult.state:type_name -> kith.v1.State
-	14, // 23: kith.v1.DelegationResult.output:type_name -> kith.v1.Part
-	23, // 24: kith.v1.DelegationResult.usage:type_name -> kith.v1.Usage
-	6,  // 25: kith.v1.DelegationResult.proof:type_name -> kith.v1.SignedAssertion
-	23, // 26: kith.v1.ResultProof.usage:type_name -> kith.v1.Usage
-	1,  // 27: kith.v1.ResultProof.state:type_name -> kith.v1.State
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	23, // 22: kith.v1.DelegationStatus.usage:type_name -> kith.v1.Usage
+	1,  // 23: kith.v1.DelegationResult.state:type_name -> kith.v1.State
+	14, // 24: kith.v1.DelegationResult.output:type_name -> kith.v1.Part
+	23, // 25: kith.v1.DelegationResult.usage:type_name -> kith.v1.Usage
+	6,  // 26: kith.v1.DelegationResult.proof:type_name -> kith.v1.SignedAssertion
+	23, // 27: kith.v1.ResultProof.usage:type_name -> kith.v1.Usage
+	1,  // 28: kith.v1.ResultProof.state:type_name -> kith.v1.State
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_kith_proto_init() }

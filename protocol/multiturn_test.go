@@ -1,0 +1,173 @@
+package protocol
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kithmesh/kith/protocol/pb"
+)
+
+// Multi-turn delegations (1.3): the new wire forms, pinned by golden
+// vectors, and the rules that keep a continuation from passing for an
+// offer.
+
+func fixtureContinue() *DelegationContinue {
+	return &DelegationContinue{ID: fixtureDelegation, Turn: 2, Task: Task{Role: "user", Parts: []Part{TextPart("Use British spelling.")}}}
+}
+
+func fixtureMultiTurn(tb testing.TB) []struct {
+	name string
+	m    Message
+} {
+	offer := fixtureMessages(tb)[TypeDelegationOffer-1].(*DelegationOffer)
+	offer.MultiTurn = true
+	return []struct {
+		name string
+		m    Message
+	}{
+		{"delegation_offer_multi_turn", offer},
+		{"delegation_continue", fixtureContinue()},
+		{"delegation_status_input_required", &DelegationStatus{
+			ID: fixtureDelegation, State: StateInputRequired, Seq: 9, Turn: 1,
+			Partial: []Part{TextPart("American or British spelling?")},
+			Usage:   Usage{Prompt: 40, Completion: 12, Total: 52},
+		}},
+	}
+}
+
+func TestGoldenMultiTurn(t *testing.T) {
+	for _, v := range fixtureMultiTurn(t) {
+		t.Run(v.name, func(t *testing.T) {
+			b, err := EncodeMessage(v.m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, v.name, "EncodeMessage of the "+v.name+" fixture (protocol 1.3)", b)
+			got, err := DecodeMessage(readGolden(t, v.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, v.m) {
+				t.Errorf("decoded golden vector differs from the fixture\n got %+v\nwant %+v", got, v.m)
+			}
+		})
+	}
+	t.Run("result_proof_turns", func(t *testing.T) {
+		p := fixtureResultProof(t)
+		p.Turns = 3
+		b, err := EncodeResultProof(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkGolden(t, "result_proof_turns", "EncodeResultProof of the fixture, three turns (protocol 1.3)", b)
+		got, err := DecodeResultProof(readGolden(t, "result_proof_turns"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, p) {
+			t.Errorf("decoded golden vector differs\n got %+v\nwant %+v", got, p)
+		}
+	})
+}
+
+// TestContinueIsNotAnOffer: a continuation decodes as DelegationContinue,
+// never as DelegationOffer, and a peer that ignores the turn field (1.2 and
+// older, which do not know it) refuses it as malformed rather than take it
+// for a fresh offer.
+func TestContinueIsNotAnOffer(t *testing.T) {
+	b, err := EncodeMessage(fixtureContinue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.(*DelegationContinue); !ok {
+		t.Fatalf("decoded a continuation as %T", m)
+	}
+	// What an old peer sees: the same bytes with the unknown field gone.
+	var w pb.Message
+	if err := proto.Unmarshal(b, &w); err != nil {
+		t.Fatal(err)
+	}
+	w.GetDelegationOffer().Turn = 0
+	if _, err := delegationOfferFromWire(w.GetDelegationOffer()); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a continuation without its turn decoded as an offer (err %v)", err)
+	}
+}
+
+func TestContinueRules(t *testing.T) {
+	offerField := func(set func(*pb.DelegationOffer)) func(*pb.DelegationOffer) { return set }
+	cases := map[string]func(*pb.DelegationOffer){
+		"profile":       offerField(func(w *pb.DelegationOffer) { w.Profile = "echo" }),
+		"budget_tokens": offerField(func(w *pb.DelegationOffer) { w.BudgetTokens = 10 }),
+		"timeout_ms":    offerField(func(w *pb.DelegationOffer) { w.TimeoutMs = 1000 }),
+		"hop_limit":     offerField(func(w *pb.DelegationOffer) { w.HopLimit = 1 }),
+		"multi_turn":    offerField(func(w *pb.DelegationOffer) { w.MultiTurn = true }),
+		"turn 1":        offerField(func(w *pb.DelegationOffer) { w.Turn = 1 }),
+		"turn too high": offerField(func(w *pb.DelegationOffer) { w.Turn = MaxTurns + 1 }),
+		"no answer":     offerField(func(w *pb.DelegationOffer) { w.Task = nil }),
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			w, err := fixtureContinue().toWire()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mutate(w)
+			b, err := proto.Marshal(&pb.Message{Body: &pb.Message_DelegationOffer{DelegationOffer: w}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, err := DecodeMessage(b); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("decoded %+v (err %v), want ErrMalformed", m, err)
+			}
+		})
+	}
+	if _, err := EncodeMessage(&DelegationContinue{ID: fixtureDelegation, Turn: 2}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("encoded a continuation without an answer: %v", err)
+	}
+	if _, err := EncodeMessage(&DelegationStatus{ID: fixtureDelegation, Query: true, Turn: 2}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("encoded a status query with a turn: %v", err)
+	}
+}
+
+func TestSpeaks(t *testing.T) {
+	if Speaks([]Version{{1, 0}, {1, 2}}, MultiTurn) {
+		t.Error("a 1.2 peer speaks multi-turn")
+	}
+	if !Speaks([]Version{{1, 3}}, MultiTurn) || !Speaks(Supported, MultiTurn) {
+		t.Error("a 1.3 peer does not speak multi-turn")
+	}
+	if Speaks([]Version{{2, 0}}, MultiTurn) {
+		t.Error("another major speaks 1.3")
+	}
+}
+
+func FuzzDecodeDelegationContinue(f *testing.F) {
+	b, err := EncodeMessage(fixtureContinue())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(innerBody(f, b))
+	f.Add(innerBody(f, messageSeeds(f)[TypeDelegationOffer]))
+	for _, s := range edgeSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var w pb.DelegationOffer
+		if err := proto.Unmarshal(b, &w); err != nil {
+			return
+		}
+		m, err := delegationContinueFromWire(&w)
+		if err != nil {
+			checkDecodeErr(t, err)
+			return
+		}
+		checkRoundTrip(t, m)
+	})
+}
