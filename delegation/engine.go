@@ -523,4 +523,11 @@ const (
 	// EventReoffer starts a new attempt at another provider after a
 	// preemption: the transcript of a result covers the events after it.
 	EventReoffer = "reoffered"
+	// EventTurn (multi-turn, protocol 1.3) is a continuation, its Data the
+	// exact plaintext sent and received: both sides log it, and the
+	// result's transcript covers it.
+	EventTurn = "turn"
+	// EventPaused is the provider's own note that a task paused for input:
+	// its Data is the executor's resume state, never sent.
+	EventPaused = "paused"
 )

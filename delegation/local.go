@@ -25,6 +25,7 @@ func (e *providerHalf) delegateLocal(ctx context.Context, req Request) (protocol
 		ID: protocol.NewDelegationID(), Profile: req.Profile, Task: req.Task, ContextID: req.ContextID,
 		BudgetTokens: req.BudgetTokens, Timeout: req.Timeout, HopLimit: req.HopLimit,
 		Chain: append(req.Chain, self), Priority: req.Priority, ParentID: req.Parent,
+		MultiTurn: true, // this node answers its own questions (Reply)
 	}
 	raw, err := protocol.EncodeMessage(offer)
 	if err != nil {

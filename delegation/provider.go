@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -57,6 +56,8 @@ func (e *providerHalf) serve(ctx context.Context, s Stream, remote peer.ID) {
 		e.answerQuery(c, remote, m)
 	case *protocol.DelegationOffer:
 		e.serveOffer(ctx, s, c, remote, m, raw)
+	case *protocol.DelegationContinue:
+		e.serveContinue(ctx, c, remote, m, raw)
 	case *protocol.DelegationStatus:
 		e.serveReattach(ctx, c, remote, m)
 	case *protocol.DelegationCancel:
@@ -338,6 +339,11 @@ const openDelay = 10 * time.Millisecond
 func (e *providerHalf) openTask(t *task, extra ...store.Event) (open, stored bool) {
 	t.logMu.Lock()
 	defer t.logMu.Unlock()
+	return e.openTaskLocked(t, extra...)
+}
+
+// openTaskLocked is openTask with t.logMu held.
+func (e *providerHalf) openTaskLocked(t *task, extra ...store.Event) (open, stored bool) {
 	switch t.open {
 	case openDone:
 		return true, false
@@ -359,6 +365,9 @@ func (e *providerHalf) openTask(t *task, extra ...store.Event) (open, stored boo
 	t.logged = append(t.logged, evs...)
 	e.publishNew(t.role, t.id, 1, evs)
 	for _, ev := range evs {
+		if ev.Type != EventAccepted && ev.Type != EventStatus {
+			continue // this node's own notes (EventPaused)
+		}
 		if m, err := protocol.DecodeMessage(ev.Data); err == nil {
 			e.trace(Sent, t.requester, m)
 		}
@@ -432,15 +441,26 @@ func (e *providerHalf) settle(ctx context.Context, key protocol.DelegationID) {
 func (e *providerHalf) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
 	for {
 		wait := time.Until(t.deadline) + c.IOTimeout()
-		m, err := c.Recv(max(wait, c.IOTimeout()))
+		m, raw, err := c.RecvRaw(max(wait, c.IOTimeout()))
 		if err != nil {
 			return
 		}
 		e.trace(Received, remote, m)
-		if cm, ok := m.(*protocol.DelegationCancel); ok && cm.ID == t.wire {
-			// This stream is the requester's: no need to look the task up
-			// (it may not even be stored yet, see openDelay).
-			t.cancel(&stopCause{protocol.StateCancelled, cmp.Or(cm.Reason, "cancelled by requester")})
+		switch m := m.(type) {
+		case *protocol.DelegationCancel:
+			if m.ID == t.wire {
+				// This stream is the requester's: no need to look the task
+				// up (it may not even be stored yet, see openDelay).
+				t.cancel(&stopCause{protocol.StateCancelled, cmp.Or(m.Reason, "cancelled by requester")})
+			}
+		case *protocol.DelegationContinue:
+			if m.ID != t.wire {
+				e.reject(c, remote, m.ID, &RejectedError{protocol.ReasonUnknownDelegation, "this stream follows another delegation"})
+				continue
+			}
+			if _, rej := e.continueTask(t, m, raw); rej != nil {
+				e.reject(c, remote, m.ID, rej)
+			}
 		}
 	}
 }
@@ -453,6 +473,9 @@ func (e *providerHalf) startTask(ctx context.Context, t *task) {
 	e.provMu.Unlock()
 	taskCtx, cancel := context.WithCancelCause(withParent(ctx, t))
 	t.cancel = cancel
+	if t.answered == nil {
+		t.answered = make(chan struct{}, 1)
+	}
 	if t.open == openPending {
 		t.logMu.Lock()
 		t.openTimer = time.AfterFunc(e.openDelay, func() { _, _ = e.openTask(t) })
@@ -496,13 +519,19 @@ const providerFlushBytes = 256 << 10
 func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	// The slot and the lease go back as soon as the executor returns: a
 	// requester that offers its next task the moment this result reaches
-	// it finds the slot free.
-	release := sync.OnceFunc(func() {
+	// it finds the slot free. A task that asks for input holds neither
+	// while it waits, and takes them again for its next turn.
+	held := !t.resumed
+	release := func() {
+		if !held {
+			return
+		}
+		held = false
 		if t.remote {
 			e.releaseSlot(t.requester, t.trust)
 		}
 		t.releaseLease()
-	})
+	}
 	defer func() {
 		e.provMu.Lock()
 		delete(e.running, t.id)
@@ -512,16 +541,6 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	}()
 	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.deadline, &stopCause{protocol.StateExpired, ReasonTimeout})
 	defer cancelDeadline()
-	if t.lease != nil {
-		// Local work took the VRAM back: stop, and say so.
-		go func() {
-			select {
-			case <-t.lease.Revoked():
-				t.cancel(&stopCause{protocol.StatePreempted, t.lease.Reason()})
-			case <-ctx.Done():
-			}
-		}()
-	}
 	started := e.cfg.Now()
 
 	var pending []byte
@@ -531,24 +550,57 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			return
 		}
 		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
-			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
+			Partial: []protocol.Part{protocol.TextPart(string(pending))}, Turn: t.turnTag()}
 		pending = pending[:0]
 		lastFlush = time.Now()
 		_ = e.emitStatus(t, st)
 	}
-	res, err := t.profile.Executor.Execute(ctx, taskInput(t.offer), func(u executor.Update) {
+	emit := func(u executor.Update) {
 		pending = append(pending, u.Text...)
 		if time.Since(lastFlush) >= flushInterval || len(pending) >= providerFlushBytes {
 			flush()
 		}
-	})
-	release()
+	}
+	var res executor.Result
+	var err error
+	if t.resumed {
+		if err = e.awaitAnswer(ctx, t); err == nil {
+			err = e.reacquire(ctx, t)
+			held = err == nil
+		}
+	}
+	for err == nil {
+		stopWatch := e.watchLease(t)
+		res, err = t.profile.Executor.Execute(ctx, t.input(), emit)
+		stopWatch()
+		release()
+		if err != nil || res.Input == nil {
+			break
+		}
+		// A question: the turn ends, the task waits for the answer
+		// holding nothing, then runs its next turn.
+		if err = e.pause(ctx, t, res, &pending); err != nil {
+			break
+		}
+		if err = e.reacquire(ctx, t); err != nil {
+			break
+		}
+		held = true
+		res = executor.Result{}
+	}
+	if t.idle() && e.stopping() {
+		// Shut down while waiting for an answer: nothing runs, so nothing
+		// is lost. The task stays input_required in the store and the next
+		// run waits on (recoverProvider).
+		return
+	}
+	res.Usage = t.totalUsage(res.Usage)
 	// Output still pending goes out with the result, in the same durable
 	// write: a fast task costs one write after its accept, not two.
 	var tail []store.Event
 	if len(pending) > 0 {
 		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
-			Partial: []protocol.Part{protocol.TextPart(string(pending))}}
+			Partial: []protocol.Part{protocol.TextPart(string(pending))}, Turn: t.turnTag()}
 		if b, err := protocol.EncodeMessage(st); err == nil {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StateRunning, Data: b})
 		}
@@ -564,7 +616,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		state = protocol.StateFailed
 		var sc *stopCause
 		switch {
-		case errors.As(context.Cause(ctx), &sc):
+		case errors.As(context.Cause(ctx), &sc), errors.As(err, &sc):
 			state, reason = sc.state, sc.reason
 		case e.stopping():
 			reason = ReasonProviderShutdown
@@ -593,7 +645,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	if state == protocol.StatePreempted {
 		// The requester hears of the preemption as a status first, so that
 		// it can re-offer the task at once (DESIGN.md).
-		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StatePreempted, Seq: t.nextSeq(), Reason: reason}
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StatePreempted, Seq: t.nextSeq(), Reason: reason, Turn: t.turnTag()}
 		if b, err := protocol.EncodeMessage(st); err == nil {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
@@ -698,7 +750,7 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
 		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
 		OfferSHA256: f.offerHash, TranscriptSHA256: transcriptHash(events),
-		Usage: usage, CompletedAt: now, State: state,
+		Usage: usage, CompletedAt: now, State: state, Turns: proofTurns(events),
 	})
 	if err != nil {
 		e.log.Error("sign result proof", "delegation", id, "err", err)
@@ -819,6 +871,14 @@ func (e *providerHalf) recoverProvider() error {
 		return err
 	}
 	for _, d := range open {
+		if d.State == protocol.StateInputRequired {
+			// Nothing ran while it waited: it waits on.
+			err := e.resumeWaiting(d)
+			if err == nil {
+				continue
+			}
+			e.log.Warn("cannot resume a delegation waiting for input", "delegation", d.ID, "err", err)
+		}
 		var hash [32]byte
 		wire := d.ID
 		if len(d.Offer) > 0 {

@@ -39,7 +39,12 @@ type Request struct {
 // outgoing is a live remote delegation this node requested.
 type outgoing struct {
 	cancel context.CancelCauseFunc
-	conn   *protocol.Conn // current stream, nil between attempts
+	conn   *protocol.Conn   // current stream, nil between attempts
+	reader *providerReader // what follows conn, nil between attempts
+	// replyMu orders a Reply against the start of an attempt: an answer is
+	// either in the log the attempt reads (and sent on its stream) or
+	// handed to the attempt's reader, never neither.
+	replyMu sync.Mutex
 }
 
 // requestGrace is how long past its timeout a requester waits for the
@@ -99,6 +104,9 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 		ID: protocol.NewDelegationID(), Profile: req.Profile, Task: req.Task, ContextID: req.ContextID,
 		BudgetTokens: req.BudgetTokens, Timeout: req.Timeout, HopLimit: req.HopLimit,
 		Chain: append(append([]peer.ID(nil), req.Chain...), self), Priority: req.Priority, ParentID: req.Parent,
+		// The provider may pause it for input only if it knows the
+		// continuation this node would answer with.
+		MultiTurn: protocol.Speaks(caps.Versions, protocol.MultiTurn),
 	}
 	raw, err := protocol.EncodeMessage(offer)
 	if err != nil {
@@ -329,6 +337,13 @@ const (
 // from d as Delegate built it, reading nothing back, and waits for cr (the
 // write of d) before it reads the provider's answer.
 func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created) (outcome, error) {
+	o.replyMu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			o.replyMu.Unlock()
+		}
+	}()
 	cur := d
 	var all []store.Event
 	if !fresh {
@@ -410,15 +425,28 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 			return nil
 		})
 	}
+	r.c = c
+	r.buf = &eventBuffer{e: e.core, id: d.ID}
+	if turn := pendingTurn(r.events); r.accepted && turn != nil {
+		// An answer stored while no stream was up, or whose stream broke
+		// before the provider acknowledged it: the provider takes it now,
+		// or knows it already and ignores it.
+		if err := c.SendEncoded(turn); err != nil {
+			_ = s.Reset()
+			return outcomeConnected, err
+		}
+		r.turnSent = true
+	}
 	e.reqMu.Lock()
-	o.conn = c
+	o.conn, o.reader = c, r
 	e.reqMu.Unlock()
+	o.replyMu.Unlock()
+	locked = false
 	defer func() {
 		e.reqMu.Lock()
-		o.conn = nil
+		o.conn, o.reader = nil, nil
 		e.reqMu.Unlock()
 	}()
-	r.c = c
 	if err := cr.wait(); err != nil {
 		_ = s.Reset()
 		return outcomeDone, err
@@ -563,17 +591,36 @@ type providerReader struct {
 	lastSeq  uint64
 	partial  int // bytes of partial output logged so far, every stream counted
 	statuses *rate.Limiter
+	// mu guards events and turnSent, which Reply adds to.
+	mu sync.Mutex
 	// events is the current attempt's log, stored or buffered: what the
 	// result's transcript must match, kept so that checking it reads
 	// nothing back.
 	events []store.Event
+	// turnSent: a continuation went out on this stream, so a reject is the
+	// provider refusing it, not a protocol violation.
+	turnSent bool
+}
+
+// own adds a continuation this node logged and sent to the transcript.
+func (r *providerReader) own(ev store.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	r.turnSent = true
+}
+
+// transcript is a copy of the attempt's log so far.
+func (r *providerReader) transcript() []store.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
 }
 
 // read follows the provider's messages until the delegation is terminal
 // here (outcomeDone), the provider preempted it, or the stream fails.
 func (r *providerReader) read() (outcome, error) {
 	e, d := r.e, r.d
-	r.buf = &eventBuffer{e: e.core, id: d.ID}
 	defer func() { _ = r.buf.flush() }() // a reattach reads the log to resume from
 	for {
 		wait := d.Deadline.Sub(e.cfg.Now())
@@ -598,6 +645,21 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 	case *protocol.DelegationReject:
 		if m.ID != d.ID {
 			return outcomeConnected, errors.New("reject for another delegation"), true
+		}
+		r.mu.Lock()
+		answered := r.turnSent
+		r.mu.Unlock()
+		if r.accepted && answered {
+			// The provider refused an answer: it no longer waits for one
+			// this node can give, so the conversation is over.
+			_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+				x.Reason = "the provider refused the answer: " + m.Reason.String()
+				if m.Detail != "" {
+					x.Reason += ": " + m.Detail
+				}
+			})
+			e.sendCancel(d.Peer, d.ID, "answer refused")
+			return outcomeDone, nil, true
 		}
 		if r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider rejected a delegation it had accepted"), nil, true
@@ -624,7 +686,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
-		e.acceptResult(d, m, raw, r.buf.take(), r.events)
+		e.acceptResult(d, m, raw, r.buf.take(), r.transcript())
 		return outcomeDone, nil, true
 	}
 	return 0, nil, false
@@ -680,9 +742,9 @@ func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out o
 	if out, err, end := r.keep(store.Event{Type: EventStatus, State: state, Data: raw}); end {
 		return out, err, end
 	}
-	if len(m.Partial) == 0 && m.State != protocol.StateRunning {
+	if m.State != protocol.StateRunning {
 		// A state change (preempted, input_required) is worth showing at
-		// once.
+		// once; a question is waited on (Reply reads it from the log).
 		if err := r.buf.flush(); err != nil {
 			return r.storeFailed(err)
 		}
@@ -698,7 +760,9 @@ func (r *providerReader) log(ev store.Event) error {
 	if err := r.buf.add(ev); err != nil {
 		return err
 	}
+	r.mu.Lock()
 	r.events = append(r.events, ev)
+	r.mu.Unlock()
 	return nil
 }
 
@@ -805,6 +869,8 @@ func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m
 		return fmt.Errorf("%w: proof usage %+v, result says %+v", ErrProofInvalid, p.Usage, m.Usage)
 	case p.State != m.State:
 		return fmt.Errorf("%w: proof state %s, result says %s", ErrProofInvalid, p.State, m.State)
+	case p.Turns != proofTurns(events):
+		return fmt.Errorf("%w: proof covers %d turns, this node logged %d", ErrProofInvalid, max(p.Turns, 1), max(proofTurns(events), 1))
 	}
 	return nil
 }
@@ -928,6 +994,13 @@ func (e *requesterHalf) recoverRequester() error {
 		return err
 	}
 	for _, d := range open {
+		if !d.Remote && d.State == protocol.StateInputRequired {
+			err := e.prov.resumeWaiting(d)
+			if err == nil {
+				continue
+			}
+			e.log.Warn("cannot resume a delegation waiting for input", "delegation", d.ID, "err", err)
+		}
 		if !d.Remote {
 			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 				x.Reason = ReasonRequesterRestarted

@@ -36,6 +36,16 @@ type task struct {
 	mu        sync.Mutex
 	conn      *protocol.Conn // attached requester stream; nil while detached
 	statusSeq uint64
+	// The conversation of a multi-turn delegation (turns.go), under mu.
+	turn    uint32          // the turn running or asking, from 1
+	turns   []executor.Turn // questions asked, each with its answer once taken
+	used    executor.Usage  // what the turns before this one used
+	waiting bool            // a question is out and no answer taken yet
+	// answered wakes the task when an answer is taken (buffered, 1).
+	answered chan struct{}
+	// resumed: recovered at start while waiting for an answer, so the
+	// task starts by waiting, holding no slot or lease.
+	resumed bool
 
 	// logMu guards the opening and the log kept in memory.
 	logMu sync.Mutex
@@ -101,7 +111,7 @@ func (t *task) openingEvents() (accept, running store.Event, err error) {
 	if err != nil {
 		return accept, running, err
 	}
-	r, err := protocol.EncodeMessage(&protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq()})
+	r, err := protocol.EncodeMessage(&protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(), Turn: t.turnTag()})
 	if err != nil {
 		return accept, running, err
 	}
@@ -153,13 +163,15 @@ func taskInput(o *protocol.DelegationOffer) executor.Task {
 // the accept and every status, in the order sent, each length-prefixed.
 // Both sides keep those exact bytes in their event logs (a reattaching
 // requester dedups replays by status seq), so both compute the same hash.
-// Requester frames are covered by the offer hash: the offer is the only one
-// that shapes the result.
+// Requester frames are covered by the offer hash, and in a multi-turn
+// delegation by the continuations, which both sides log (EventTurn) between
+// the question they answer and the next turn's first status: with the
+// offer, they are all that shapes the result.
 func transcriptHash(events []store.Event) [32]byte {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	for _, ev := range currentAttempt(events) {
-		if ev.Type != EventAccepted && ev.Type != EventStatus {
+		if ev.Type != EventAccepted && ev.Type != EventStatus && ev.Type != EventTurn {
 			continue
 		}
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(ev.Data)))])

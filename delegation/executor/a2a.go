@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -145,6 +146,7 @@ type a2aRun struct {
 	order     []a2a.ArtifactID
 	artifacts map[a2a.ArtifactID]string
 	taskID    a2a.TaskID
+	contextID string
 	usage     *Usage // declared by the agent
 	final     a2a.TaskState
 	finalMsg  string
@@ -240,7 +242,7 @@ func (r *a2aRun) event(ev a2a.Event) (bool, error) {
 		r.final = a2a.TaskStateCompleted
 		return true, nil
 	case *a2a.Task:
-		r.taskID = e.ID
+		r.taskID, r.contextID = e.ID, cmp.Or(e.ContextID, r.contextID)
 		if u := declaredUsage(e.Metadata); u != nil {
 			r.usage = u
 		}
@@ -258,6 +260,7 @@ func (r *a2aRun) event(ev a2a.Event) (bool, error) {
 		if r.taskID == "" {
 			r.taskID = e.TaskID
 		}
+		r.contextID = cmp.Or(r.contextID, e.ContextID)
 		if u := declaredUsage(e.Metadata); u != nil {
 			r.usage = u
 		}
@@ -286,7 +289,7 @@ func (x *A2A) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	run := &a2aRun{task: task, emit: orNop(emit), artifacts: map[a2a.ArtifactID]string{}}
 	result := func() Result {
 		out := run.text()
-		res := Result{Text: out, Usage: estimatedUsage(task.Text, out), StoppedAtBudget: run.atBudget}
+		res := Result{Text: out, Usage: estimatedUsage(turnInput(task), out), StoppedAtBudget: run.atBudget}
 		if run.usage != nil {
 			res.Usage = *run.usage
 		}
@@ -306,8 +309,19 @@ func (x *A2A) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	}
 	defer client.Destroy()
 
-	parts := a2a.ContentParts{a2a.NewTextPart(task.Text)}
-	for _, d := range task.Data {
+	text, data := task.Text, task.Data
+	var resume a2aResume
+	if t := lastTurn(task); t != nil {
+		// The answer to the agent's question goes to the same task, as
+		// A2A continues an input-required task.
+		if err := json.Unmarshal(t.Resume, &resume); err != nil || resume.TaskID == "" {
+			return Result{}, fmt.Errorf("%w: a2a: the paused task's state is unreadable", ErrFailed)
+		}
+		text, data = t.Answer, t.AnswerData
+		run.taskID, run.contextID = resume.TaskID, resume.ContextID
+	}
+	parts := a2a.ContentParts{a2a.NewTextPart(text)}
+	for _, d := range data {
 		var v map[string]any
 		if json.Unmarshal(d, &v) == nil {
 			parts = append(parts, a2a.NewDataPart(v))
@@ -315,6 +329,9 @@ func (x *A2A) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	}
 	msg := a2a.NewMessage(a2a.MessageRoleUser, parts...)
 	msg.ContextID = task.ContextID
+	if resume.TaskID != "" {
+		msg.TaskID, msg.ContextID = resume.TaskID, resume.ContextID
+	}
 	req := &a2a.SendMessageRequest{Message: msg}
 	if task.BudgetTokens > 0 {
 		req.Metadata = map[string]any{"budgetTokens": task.BudgetTokens}
@@ -396,11 +413,31 @@ func (x *A2A) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 			return res, fmt.Errorf("%w: a2a: agent reported %d completion tokens, budget %d", ErrBudgetExceeded, run.usage.Completion, task.BudgetTokens)
 		}
 		return res, nil
-	case a2a.TaskStateInputRequired, a2a.TaskStateAuthRequired:
+	case a2a.TaskStateInputRequired:
+		// The agent's question becomes the delegation's: the task pauses,
+		// and the answer goes to the same remote task (see above).
+		if run.taskID == "" {
+			return res, fmt.Errorf("%w: a2a: the agent wants input but named no task to answer", ErrFailed)
+		}
+		state, err := json.Marshal(a2aResume{TaskID: run.taskID, ContextID: run.contextID})
+		if err != nil || len(state) > MaxResume {
+			x.cancelRemote(client, run.taskID)
+			return res, fmt.Errorf("%w: a2a: the agent's task ID is too long to keep", ErrFailed)
+		}
+		res.Input = &InputRequest{Question: truncateUTF8(run.finalMsg, MaxQuestion), Resume: state}
+		return res, nil
+	case a2a.TaskStateAuthRequired:
 		x.cancelRemote(client, run.taskID)
 		return res, fmt.Errorf("%w: a2a: the agent wants more (%s), which a delegation cannot give: %s", ErrFailed, run.final, oneLine(run.finalMsg))
 	}
 	return res, fmt.Errorf("%w: a2a: the agent's task ended %s: %s", ErrFailed, run.final, oneLine(run.finalMsg))
+}
+
+// a2aResume is what an A2A executor keeps while its agent waits for input:
+// the remote task and context the answer goes to.
+type a2aResume struct {
+	TaskID    a2a.TaskID `json:"task_id"`
+	ContextID string     `json:"context_id,omitempty"`
 }
 
 func (x *A2A) forgetCard() {

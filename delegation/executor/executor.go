@@ -27,6 +27,48 @@ type Task struct {
 	BudgetTokens uint64
 	// ContextID groups the tasks of one conversation.
 	ContextID string
+	// Turns are the earlier turns of a multi-turn task, oldest first: each
+	// question the executor asked (Result.Input) and the requester's
+	// answer. Empty on the first call; the executor is called again, with
+	// one more turn, each time an answer comes. BudgetTokens is then what
+	// the earlier turns left of the task's budget.
+	Turns []Turn
+}
+
+// Turn is one finished exchange of a multi-turn task.
+type Turn struct {
+	Question string // what the executor asked (InputRequest.Question)
+	Resume   []byte // what it kept with the question (InputRequest.Resume)
+	Answer   string // the requester's answer: its text parts joined with "\n"
+	// AnswerData holds the answer's JSON data parts (handlers only, as
+	// Task.Data).
+	AnswerData [][]byte
+}
+
+// InputRequest pauses a task to ask its requester a question (the A2A
+// input-required state). While the answer is awaited nothing runs: the
+// executor has returned, and the provider holds no slot or VRAM for it.
+type InputRequest struct {
+	Question string
+	// Resume is what the executor needs to go on (a remote agent's task
+	// ID, say): kept durably with the question, never sent to the
+	// requester, and handed back in the next call's last Turn. At most
+	// MaxResume bytes.
+	Resume []byte
+}
+
+// Limits on an InputRequest: a question longer than MaxQuestion bytes is
+// cut, a Resume longer than MaxResume fails the task.
+const (
+	MaxQuestion = 64 << 10
+	MaxResume   = 4 << 10
+)
+
+// AskInput is the Result of a handler that needs an answer before it can
+// go on: the task pauses with question, and the handler is called again
+// with the answer in Task.Turns.
+func AskInput(question string) Result {
+	return Result{Input: &InputRequest{Question: question}}
 }
 
 // Update is a piece of streamed output. For Echo, Exec and OpenAI the
@@ -49,6 +91,44 @@ type Result struct {
 	// StoppedAtBudget is set when output was cut at the token budget, so a
 	// requester can tell a complete answer from a truncated one.
 	StoppedAtBudget bool
+	// Input, when set, pauses the task rather than ending it (see
+	// InputRequest): Text and Usage are then this turn's. A provider whose
+	// requester cannot answer (it did not offer a multi-turn delegation)
+	// fails the task instead.
+	Input *InputRequest
+}
+
+// checkInput makes an input request fit its limits: the question valid
+// UTF-8 and at most MaxQuestion bytes; a Resume too large is an error.
+func checkInput(where string, res *Result) error {
+	if res.Input == nil {
+		return nil
+	}
+	in := *res.Input
+	in.Question = truncateUTF8(strings.ToValidUTF8(in.Question, "\uFFFD"), MaxQuestion)
+	if len(in.Resume) > MaxResume {
+		return fmt.Errorf("%s: %w: resume state of %d bytes, at most %d", where, ErrFailed, len(in.Resume), MaxResume)
+	}
+	res.Input = &in
+	return nil
+}
+
+// turnInput is what a call brings that the earlier ones did not: the task
+// on a first call, the answer on a continuing one. Estimated usage counts
+// it as the prompt.
+func turnInput(task Task) string {
+	if t := lastTurn(task); t != nil {
+		return t.Answer
+	}
+	return task.Text
+}
+
+// lastTurn is the turn a continuing call answers, or nil on a first call.
+func lastTurn(task Task) *Turn {
+	if len(task.Turns) == 0 {
+		return nil
+	}
+	return &task.Turns[len(task.Turns)-1]
 }
 
 // Executor runs tasks for one profile. Execute streams partial output

@@ -34,8 +34,12 @@ func (f HandlerFunc) Execute(ctx context.Context, task Task, emit func(Update)) 
 	}()
 	res, err = f(ctx, task, g.send)
 	res.Text = strings.ToValidUTF8(res.Text, "\uFFFD")
+	if err == nil {
+		err = checkInput("handler", &res)
+	}
 	res, budgetErr := enforceBudget(task, res)
 	if err != nil {
+		res.Input = nil
 		return res, classify("handler", err)
 	}
 	return res, budgetErr
@@ -60,7 +64,11 @@ func enforceBudget(task Task, res Result) (Result, error) {
 		res.Text, res.StoppedAtBudget = cut, true
 	}
 	prompt := res.Usage.Prompt
-	res.Usage = estimatedUsage(task.Text, res.Text)
+	completion := res.Text
+	if res.Input != nil {
+		completion += res.Input.Question
+	}
+	res.Usage = estimatedUsage(turnInput(task), completion)
 	if prompt != 0 {
 		res.Usage.Prompt, res.Usage.Total = prompt, prompt+res.Usage.Completion
 	}
