@@ -201,6 +201,9 @@ type core struct {
 	runMu  sync.Mutex
 	runCtx context.Context
 	wg     sync.WaitGroup
+	// recovered is closed once Run has resumed what the previous run left
+	// open (Reply waits for it: a delegation it answers may be one).
+	recovered chan struct{}
 
 	subsMu sync.Mutex
 	subs   map[subKey]map[chan store.Event]struct{}
@@ -264,6 +267,7 @@ func New(cfg Config) (*Engine, error) {
 		st:         cfg.Store,
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
 		subs:       make(map[subKey]map[chan store.Event]struct{}),
+		recovered:  make(chan struct{}),
 	}
 	p := &providerHalf{
 		core:      c,
@@ -383,6 +387,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.runCtx = ctx
 	e.runMu.Unlock()
 	err := e.recover(ctx)
+	close(e.recovered)
 	<-ctx.Done()
 	e.wg.Wait()
 	return err

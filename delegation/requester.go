@@ -164,20 +164,33 @@ func (e *requesterHalf) hasProfile(name string) bool {
 // it is in memory, and nothing reads or writes d in the store before cr is
 // done.
 func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
-	return e.goWithRun(func(ctx context.Context) {
-		ctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		o := &outgoing{cancel: cancel}
+	// The delegation is followed from now on, before the goroutine runs:
+	// a Reply right after a restart finds it (and waits for the first
+	// attempt to read the log, see outgoing.replyMu).
+	own, cancel := context.WithCancelCause(context.Background())
+	o := &outgoing{cancel: cancel}
+	e.reqMu.Lock()
+	e.outgoing[d.ID] = o
+	e.reqMu.Unlock()
+	forget := func() {
 		e.reqMu.Lock()
-		e.outgoing[d.ID] = o
-		e.reqMu.Unlock()
-		defer func() {
-			e.reqMu.Lock()
+		if e.outgoing[d.ID] == o {
 			delete(e.outgoing, d.ID)
-			e.reqMu.Unlock()
-		}()
+		}
+		e.reqMu.Unlock()
+		cancel(nil)
+	}
+	err := e.goWithRun(func(ctx context.Context) {
+		defer forget()
+		ctx, stop := context.WithCancelCause(ctx)
+		defer stop(nil)
+		defer context.AfterFunc(own, func() { stop(context.Cause(own)) })()
 		e.followLoop(ctx, d, o, cr)
 	})
+	if err != nil {
+		forget()
+	}
+	return err
 }
 
 func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *outgoing, cr *created) {

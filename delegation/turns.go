@@ -442,6 +442,11 @@ func (e *requesterHalf) Reply(ctx context.Context, id protocol.DelegationID, ans
 	if n := protocol.PayloadSize(answer.Parts); n > e.maxPayload {
 		return fmt.Errorf("%w: %d bytes of content, this node carries at most %d", ErrTooLarge, n, e.maxPayload)
 	}
+	select {
+	case <-e.recovered:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	d, err := e.st.DelegationInfo(store.RoleRequester, id)
 	if err != nil {
 		return fmt.Errorf("%w: %s", ErrUnknown, id)
@@ -590,4 +595,40 @@ func pendingTurn(events []store.Event) []byte {
 		}
 	}
 	return nil
+}
+
+// Question is what a delegation this node requested waits on: the
+// provider's question, the turn it ends and the usage so far.
+type Question struct {
+	Text  string
+	Parts []protocol.Part
+	Turn  uint32
+	Usage protocol.Usage
+}
+
+// Question returns the question a delegation this node requested waits on;
+// ErrNotWaiting when it does not wait for input.
+func (e *core) Question(id protocol.DelegationID) (Question, error) {
+	d, err := e.st.DelegationInfo(store.RoleRequester, id)
+	if err != nil {
+		return Question{}, fmt.Errorf("%w: %s", ErrUnknown, id)
+	}
+	if d.State != protocol.StateInputRequired {
+		return Question{}, fmt.Errorf("%w: delegation %s is %s", ErrNotWaiting, id, d.State)
+	}
+	events, err := e.st.Events(store.RoleRequester, id, 0)
+	if err != nil {
+		return Question{}, err
+	}
+	for _, ev := range slices.Backward(events) {
+		if ev.Type == EventStatus && ev.State == protocol.StateInputRequired {
+			m, err := protocol.DecodeMessage(ev.Data)
+			if err != nil {
+				return Question{}, err
+			}
+			st := m.(*protocol.DelegationStatus)
+			return Question{Text: partsText(st.Partial), Parts: st.Partial, Turn: max(st.Turn, 1), Usage: st.Usage}, nil
+		}
+	}
+	return Question{}, fmt.Errorf("%w: no question in the log of %s", ErrNotWaiting, id)
 }

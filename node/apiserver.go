@@ -43,6 +43,7 @@ var apiRoutes = []apiRoute{
 	{"GET", "/delegations/{id}", "One delegation", (*Node).handleGet, nil, api.Delegation{}, false},
 	{"GET", "/delegations/{id}/events", "A delegation's event log, then live events until it is terminal", (*Node).handleEvents, nil, api.Event{}, true},
 	{"POST", "/delegations/{id}/cancel", "Cancel a delegation this node requested", (*Node).handleCancel, nil, struct{}{}, false},
+	{"POST", "/delegations/{id}/reply", "Answer the question of a delegation this node requested that waits for input (state input_required); 409 when it does not wait, its deadline passed or its budget is spent", (*Node).handleReply, api.Reply{}, api.Delegation{}, false},
 	{"GET", "/delegations/{id}/verify", "Re-check a delegation's signed result proof", (*Node).handleVerify, nil, api.Proof{}, false},
 	{"GET", "/events", "Every delegation event on this node, live", (*Node).handleAllEvents, nil, api.DelegationEvent{}, true},
 	{"GET", "/tree", "Delegations as a tree of parents and children", (*Node).handleTree, nil, []api.TreeNode{}, false},
@@ -264,8 +265,61 @@ func toAPI(d store.Delegation) api.Delegation {
 
 func (n *Node) handleGet(w http.ResponseWriter, r *http.Request) {
 	if d, ok := n.lookup(w, r); ok {
-		writeJSON(w, http.StatusOK, toAPI(d))
+		writeJSON(w, http.StatusOK, n.withQuestion(d))
 	}
+}
+
+// withQuestion is toAPI with the question a waiting delegation asks.
+func (n *Node) withQuestion(d store.Delegation) api.Delegation {
+	out := toAPI(d)
+	if d.Role == store.RoleRequester && d.State == protocol.StateInputRequired {
+		if q, err := n.Engine().Question(d.ID); err == nil {
+			out.Question, out.Turn = q.Text, q.Turn
+		}
+	}
+	return out
+}
+
+func (n *Node) handleReply(w http.ResponseWriter, r *http.Request) {
+	var req api.Reply
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	id, err := protocol.ParseDelegationID(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	if req.Text == "" {
+		writeErr(w, http.StatusBadRequest, errors.New("text: the answer is empty"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	answer := protocol.Task{Role: "user", Parts: []protocol.Part{protocol.TextPart(req.Text)}}
+	if err := n.Engine().Reply(ctx, id, answer); err != nil {
+		code := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, delegation.ErrUnknown):
+			code = http.StatusNotFound
+		case errors.Is(err, delegation.ErrNotWaiting), errors.Is(err, delegation.ErrDeadlinePassed), errors.Is(err, delegation.ErrBudgetSpent):
+			code = http.StatusConflict
+		case errors.Is(err, delegation.ErrBadRequest):
+			code = http.StatusBadRequest
+		case errors.Is(err, delegation.ErrTooLarge):
+			code = http.StatusRequestEntityTooLarge
+		case errors.Is(err, delegation.ErrNotRunning):
+			code = http.StatusServiceUnavailable
+		}
+		writeErr(w, code, err)
+		return
+	}
+	d, err := n.Store().GetDelegation(store.RoleRequester, id)
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n.withQuestion(d))
 }
 
 func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
@@ -325,6 +379,7 @@ func (n *Node) handleVerify(w http.ResponseWriter, r *http.Request) {
 		out.Usage = api.Usage{Prompt: p.Usage.Prompt, Completion: p.Usage.Completion, Total: p.Usage.Total}
 		out.OfferSHA256, out.Transcript = hex.EncodeToString(p.OfferSHA256[:]), hex.EncodeToString(p.TranscriptSHA256[:])
 		out.CompletedAt = p.CompletedAt
+		out.Turns = p.Turns
 	}
 	writeJSON(w, http.StatusOK, out)
 }

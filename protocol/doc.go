@@ -215,7 +215,7 @@
 //	                                  stream_seq (11), header version 2;
 //	                                  Hello.mac (3); the session ack and
 //	                                  reject control frames.
-//	2026-12-02  1.3                   Multi-turn delegations:
+//	2026-11-22  1.3                   Multi-turn delegations:
 //	                                  DelegationOffer multi_turn (11) and
 //	                                  turn (12, a continuation);
 //	                                  DelegationStatus turn (8) and usage

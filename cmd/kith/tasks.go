@@ -51,6 +51,21 @@ func tasksCmd() *cobra.Command {
 			return nil
 		}),
 	}, &cobra.Command{
+		Use:   "reply ID TEXT",
+		Short: "Answer the question of a delegation waiting for input",
+		Long: "Answer the question of a delegation in state input_required (\"kith tasks show ID\"\n" +
+			"shows it): the answer continues the same delegation on the same provider,\n" +
+			"within its deadline and budget. TEXT may be several words.",
+		Args: cobra.MinimumNArgs(2),
+		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
+			d, err := c.Reply(cmd.Context(), args[0], strings.Join(args[1:], " "))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s answered: %s\n", d.ID, d.State)
+			return nil
+		}),
+	}, &cobra.Command{
 		Use:   "verify ID",
 		Short: "Re-check the stored result proof of a delegation",
 		Args:  cobra.ExactArgs(1),
@@ -76,6 +91,9 @@ func tasksCmd() *cobra.Command {
 			fmt.Fprintf(out, "valid: signed by %s\n  requester  %s\n  state      %s\n  tokens     prompt=%d completion=%d total=%d\n  offer      sha256:%s\n  transcript sha256:%s\n  completed  %s\n",
 				p.Provider, p.Requester, p.State, p.Usage.Prompt, p.Usage.Completion, p.Usage.Total,
 				p.OfferSHA256, p.Transcript, p.CompletedAt.Format(time.RFC3339Nano))
+			if p.Turns > 1 {
+				fmt.Fprintf(out, "  turns      %d (the transcript covers every answer)\n", p.Turns)
+			}
 			return nil
 		}),
 	})

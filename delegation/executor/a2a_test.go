@@ -16,7 +16,9 @@ import (
 )
 
 // testAgent is an a2a-go agent: it streams the task's words as artifact
-// chunks, or hangs until cancelled when the text is "hang".
+// chunks, or hangs until cancelled when the text is "hang". "ask" makes it
+// ask a question (input-required); the answer, sent to the same task,
+// completes it with "color: <answer>".
 type testAgent struct {
 	cancelled chan a2a.TaskID
 }
@@ -24,6 +26,21 @@ type testAgent struct {
 func (a *testAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
 		text := ec.Message.Parts[0].Text()
+		if ec.StoredTask != nil { // the answer to "ask"
+			e := a2a.NewArtifactUpdateEvent(ec, "out", a2a.NewTextPart("color: "+text))
+			e.Append = false
+			if yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) && yield(e, nil) {
+				yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
+			}
+			return
+		}
+		if text == "ask" {
+			q := a2a.NewMessage(a2a.MessageRoleAgent, a2a.NewTextPart("which color?"))
+			if yield(a2a.NewSubmittedTask(ec, ec.Message), nil) {
+				yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateInputRequired, q), nil)
+			}
+			return
+		}
 		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) ||
 			!yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
 			return
@@ -198,6 +215,43 @@ func TestA2ABadAgents(t *testing.T) {
 			_, err := (&A2A{URL: url}).Execute(ctx, Task{Text: "x"}, nil)
 			if !errors.Is(err, ErrFailed) {
 				t.Fatalf("err = %v, want ErrFailed", err)
+			}
+		})
+	}
+}
+
+// TestA2AInputRequired: the agent's question pauses the task with the
+// agent's task in Resume; the next call sends the answer to that task and
+// gets its result.
+func TestA2AInputRequired(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		name := "v1.0"
+		if legacy {
+			name = "v0.3"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := serveAgent(t, &testAgent{cancelled: make(chan a2a.TaskID, 1)}, legacy, "")
+			x := &A2A{URL: srv.URL}
+			task := Task{Text: "ask", BudgetTokens: 100, ContextID: "c1"}
+			res, err := x.Execute(context.Background(), task, nil)
+			if err != nil {
+				t.Fatalf("first turn: %v", err)
+			}
+			if res.Input == nil || res.Input.Question != "which color?" || len(res.Input.Resume) == 0 {
+				t.Fatalf("first turn result %+v, want the agent's question", res)
+			}
+			task.Turns = []Turn{{Question: res.Input.Question, Resume: res.Input.Resume, Answer: "blue"}}
+			res, err = x.Execute(context.Background(), task, nil)
+			if err != nil {
+				t.Fatalf("second turn: %v", err)
+			}
+			if res.Input != nil || res.Text != "color: blue" {
+				t.Fatalf("second turn result %+v", res)
+			}
+			// A resume state that names no task fails typed.
+			task.Turns[0].Resume = []byte("{}")
+			if _, err := x.Execute(context.Background(), task, nil); !errors.Is(err, ErrFailed) {
+				t.Fatalf("bad resume: %v", err)
 			}
 		})
 	}

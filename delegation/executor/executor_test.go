@@ -289,3 +289,36 @@ func TestHandlerFunc(t *testing.T) {
 		}
 	})
 }
+
+// TestHandlerAskInput: a handler's question comes back as Result.Input
+// (cut to MaxQuestion, valid UTF-8, counted in usage); a Resume over
+// MaxResume fails; the next call sees the turn and the remaining budget.
+func TestHandlerAskInput(t *testing.T) {
+	h := HandlerFunc(func(_ context.Context, task Task, _ func(Update)) (Result, error) {
+		if len(task.Turns) == 0 {
+			r := AskInput(strings.Repeat("?", MaxQuestion+10) + "\xff")
+			return r, nil
+		}
+		return Result{Text: "got " + task.Turns[0].Answer}, nil
+	})
+	res, err := h.Execute(context.Background(), Task{Text: "t", BudgetTokens: 1 << 20}, nil)
+	if err != nil || res.Input == nil {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if len(res.Input.Question) != MaxQuestion || !utf8.ValidString(res.Input.Question) {
+		t.Fatalf("question of %d bytes", len(res.Input.Question))
+	}
+	if res.Usage.Completion < EstimateTokens(res.Input.Question) {
+		t.Fatalf("usage %+v does not count the question", res.Usage)
+	}
+	res, err = h.Execute(context.Background(), Task{Text: "t", Turns: []Turn{{Question: "q", Answer: "a"}}}, nil)
+	if err != nil || res.Text != "got a" || res.Input != nil {
+		t.Fatalf("second turn %+v %v", res, err)
+	}
+	big := HandlerFunc(func(context.Context, Task, func(Update)) (Result, error) {
+		return Result{Input: &InputRequest{Question: "q", Resume: make([]byte, MaxResume+1)}}, nil
+	})
+	if res, err := big.Execute(context.Background(), Task{Text: "t"}, nil); !errors.Is(err, ErrFailed) || res.Input != nil {
+		t.Fatalf("oversized resume: %+v %v", res, err)
+	}
+}

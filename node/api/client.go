@@ -142,6 +142,14 @@ func (c *Client) Tree(ctx context.Context) ([]TreeNode, error) {
 	return t, c.do(ctx, http.MethodGet, "/tree", nil, &t)
 }
 
+// Reply answers the question of a delegation waiting for input, and
+// returns the delegation as it is once the answer is stored.
+func (c *Client) Reply(ctx context.Context, id, text string) (Delegation, error) {
+	var out Delegation
+	err := c.do(ctx, http.MethodPost, "/delegations/"+url.PathEscape(id)+"/reply", Reply{Text: text}, &out)
+	return out, err
+}
+
 // Cancel cancels a delegation.
 func (c *Client) Cancel(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/delegations/"+url.PathEscape(id)+"/cancel", nil, nil)

@@ -137,6 +137,17 @@ type Delegation struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 	Terminal  bool      `json:"terminal"`
+	// Question is what a delegation in state input_required asks (on GET
+	// /delegations/{id} and a reply's answer); answer it with POST
+	// /delegations/{id}/reply. Turn is the turn it ends.
+	Question string `json:"question,omitempty"`
+	Turn     uint32 `json:"turn,omitempty"`
+}
+
+// Reply is the body of POST /delegations/{id}/reply: the answer to the
+// question of a delegation waiting for input.
+type Reply struct {
+	Text string `json:"text"`
 }
 
 // TreeNode is one node of GET /tree.
@@ -168,6 +179,8 @@ type Proof struct {
 	OfferSHA256 string    `json:"offer_sha256,omitempty"`
 	Transcript  string    `json:"transcript_sha256,omitempty"`
 	CompletedAt time.Time `json:"completed_at,omitzero"`
+	// Turns is how many turns the proof covers, when more than one.
+	Turns uint32 `json:"turns,omitempty"`
 }
 
 // TruncatedHeader is set to "true" on GET /delegations when older
