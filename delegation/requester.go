@@ -39,7 +39,7 @@ type Request struct {
 // outgoing is a live remote delegation this node requested.
 type outgoing struct {
 	cancel context.CancelCauseFunc
-	conn   *protocol.Conn   // current stream, nil between attempts
+	conn   *protocol.Conn  // current stream, nil between attempts
 	reader *providerReader // what follows conn, nil between attempts
 	// replyMu orders a Reply against the start of an attempt: an answer is
 	// either in the log the attempt reads (and sent on its stream) or
