@@ -23,6 +23,10 @@ import (
 type Engine interface {
 	Delegate(ctx context.Context, req delegation.Request) (protocol.DelegationID, error)
 	Cancel(id protocol.DelegationID, reason string) error
+	// Reply and Question serve multi-turn tasks: a message whose taskId
+	// names a task in INPUT_REQUIRED answers it.
+	Reply(ctx context.Context, id protocol.DelegationID, answer protocol.Task) error
+	Question(id protocol.DelegationID) (delegation.Question, error)
 	Subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, func())
 	Profiles() []protocol.Profile
 	KnownCapabilities() map[peer.ID]delegation.KnownCapability

@@ -59,6 +59,7 @@ func newTestGateway(t *testing.T) *testGateway {
 		Profiles: []delegation.Profile{
 			{Profile: protocol.Profile{Name: "echo", MaxBudgetTokens: 100}, Executor: executor.Echo{}},
 			{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: slowExec{}},
+			{Profile: protocol.Profile{Name: "ask", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(askColor)},
 		},
 	})
 	if err != nil {
@@ -351,5 +352,60 @@ func TestSubscribeToTask(t *testing.T) {
 		if !errors.Is(err, a2a.ErrUnsupportedOperation) {
 			t.Fatalf("subscribe to a finished task: %v, want UnsupportedOperation", err)
 		}
+	}
+}
+
+// askColor asks once, then answers with the answer.
+func askColor(_ context.Context, task executor.Task, _ func(executor.Update)) (executor.Result, error) {
+	if len(task.Turns) == 0 {
+		return executor.AskInput("which color?"), nil
+	}
+	return executor.Result{Text: "color: " + task.Turns[0].Answer}, nil
+}
+
+// TestInputRequiredAnswered: a task that asks is INPUT_REQUIRED with the
+// question as its status message; a message naming the task answers it
+// and the task completes. A message naming a task that waits for nothing
+// is refused and changes nothing.
+func TestInputRequiredAnswered(t *testing.T) {
+	tg := newTestGateway(t)
+	for _, transport := range []a2a.TransportProtocol{a2a.TransportProtocolJSONRPC, a2a.TransportProtocolHTTPJSON} {
+		t.Run(string(transport), func(t *testing.T) {
+			c := tg.client(t, "ask", transport)
+			ctx := context.Background()
+			res, err := c.SendMessage(ctx, textMsg("paint"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			task, ok := res.(*a2a.Task)
+			if !ok || task.Status.State != a2a.TaskStateInputRequired {
+				t.Fatalf("first answer %#v", res)
+			}
+			if task.Status.Message == nil || task.Status.Message.Parts[0].Text() != "which color?" {
+				t.Fatalf("status message %+v, want the question", task.Status.Message)
+			}
+			reply := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("blue"))
+			reply.TaskID, reply.ContextID = task.ID, task.ContextID
+			res, err = c.SendMessage(ctx, &a2a.SendMessageRequest{Message: reply})
+			if err != nil {
+				t.Fatalf("answer: %v", err)
+			}
+			done, ok := res.(*a2a.Task)
+			if !ok || done.ID != task.ID || done.Status.State != a2a.TaskStateCompleted {
+				t.Fatalf("after the answer %#v", res)
+			}
+			if got := done.Artifacts[0].Parts[0].Text(); got != "color: blue" {
+				t.Fatalf("output %q", got)
+			}
+			n := tg.count(t)
+			again := a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("red"))
+			again.TaskID = task.ID
+			if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: again}); !errors.Is(err, a2a.ErrUnsupportedOperation) {
+				t.Fatalf("answer to a completed task: %v", err)
+			}
+			if tg.count(t) != n {
+				t.Fatal("a refused answer stored a delegation")
+			}
+		})
 	}
 }

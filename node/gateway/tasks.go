@@ -220,8 +220,7 @@ func (a *agent) start(ctx context.Context, req *a2a.SendMessageRequest) (store.D
 	case m.Role != a2a.MessageRoleUser:
 		return store.Delegation{}, a2a.NewError(a2a.ErrInvalidParams, "message.role: want user")
 	case m.TaskID != "":
-		return store.Delegation{}, a2a.NewError(a2a.ErrUnsupportedOperation,
-			"message.taskId: kith tasks take one message; send a new message without taskId (contextId groups a conversation)")
+		return a.answer(ctx, m)
 	case len(m.ContextID) > protocol.MaxContextIDLen:
 		return store.Delegation{}, a2a.NewError(a2a.ErrInvalidParams, fmt.Sprintf("message.contextId: %d bytes; at most %d", len(m.ContextID), protocol.MaxContextIDLen))
 	}
@@ -259,6 +258,43 @@ func (a *agent) start(ctx context.Context, req *a2a.SendMessageRequest) (store.D
 		return store.Delegation{}, engineError(err)
 	}
 	d, err := a.g.cfg.Store.GetDelegation(store.RoleRequester, id)
+	if err != nil {
+		return store.Delegation{}, a2a.NewError(a2a.ErrInternalError, err.Error())
+	}
+	return d, nil
+}
+
+// answer takes a message that names a task: the answer to the question of
+// a task in INPUT_REQUIRED, which continues on the same provider. Any other
+// task takes no message.
+func (a *agent) answer(ctx context.Context, m *a2a.Message) (store.Delegation, error) {
+	d, err := a.lookup(m.TaskID)
+	if err != nil {
+		return store.Delegation{}, err
+	}
+	if m.ContextID != "" && m.ContextID != string(d.ContextID) {
+		return store.Delegation{}, a2a.NewError(a2a.ErrInvalidParams, "message.contextId: task "+string(m.TaskID)+" is in another context")
+	}
+	if d.State != protocol.StateInputRequired {
+		return store.Delegation{}, a2a.NewError(a2a.ErrUnsupportedOperation,
+			fmt.Sprintf("message.taskId: task %s is %s and waits for no input; send a new message without taskId (contextId groups a conversation)", m.TaskID, taskState(d.State)))
+	}
+	parts, err := partsFromA2A(m.Parts)
+	if err != nil {
+		return store.Delegation{}, a2a.NewError(a2a.ErrInvalidParams, err.Error())
+	}
+	if err := a.g.cfg.Engine.Reply(ctx, d.ID, protocol.Task{Role: "user", Parts: parts}); err != nil {
+		switch {
+		case errors.Is(err, delegation.ErrUnknown):
+			return store.Delegation{}, a2a.ErrTaskNotFound
+		case errors.Is(err, delegation.ErrNotWaiting), errors.Is(err, delegation.ErrDeadlinePassed), errors.Is(err, delegation.ErrBudgetSpent):
+			return store.Delegation{}, a2a.NewError(a2a.ErrUnsupportedOperation, "message.taskId: "+err.Error())
+		case errors.Is(err, delegation.ErrBadRequest), errors.Is(err, delegation.ErrTooLarge):
+			return store.Delegation{}, a2a.NewError(a2a.ErrInvalidParams, err.Error())
+		}
+		return store.Delegation{}, a2a.NewError(a2a.ErrInternalError, err.Error())
+	}
+	d, err = a.g.cfg.Store.GetDelegation(store.RoleRequester, d.ID)
 	if err != nil {
 		return store.Delegation{}, a2a.NewError(a2a.ErrInternalError, err.Error())
 	}
@@ -346,6 +382,19 @@ func (a *agent) status(d store.Delegation) a2a.TaskStatus {
 			ContextID: string(d.ContextID), Parts: a2a.ContentParts{a2a.NewTextPart(d.Reason)},
 		}
 	}
+	if d.State == protocol.StateInputRequired {
+		// The agent's question, as A2A puts it: the status message.
+		if q, err := a.g.cfg.Engine.Question(d.ID); err == nil {
+			parts := partsToA2A(q.Parts)
+			if len(parts) == 0 {
+				parts = a2a.ContentParts{a2a.NewTextPart("")}
+			}
+			st.Message = &a2a.Message{
+				ID: fmt.Sprintf("%s-question-%d", d.ID, q.Turn), Role: a2a.MessageRoleAgent, TaskID: taskID(d.ID),
+				ContextID: string(d.ContextID), Parts: parts,
+			}
+		}
+	}
 	return st
 }
 
@@ -370,8 +419,13 @@ func settled(s protocol.State) bool { return s.Terminal() || s == protocol.State
 
 // waitSettled blocks until the delegation settles or ctx ends.
 func (a *agent) waitSettled(ctx context.Context, d store.Delegation) (store.Delegation, error) {
+	if settled(d.State) {
+		return d, nil
+	}
+	// From the delegation as read: an answered task's earlier question is
+	// behind it.
 	var out store.Delegation
-	err := a.follow(ctx, d, 0, func(ev store.Event) bool { return !settled(ev.State) })
+	err := a.follow(ctx, d, d.LastSeq, func(ev store.Event) bool { return !settled(ev.State) })
 	if err != nil && ctx.Err() != nil {
 		return d, a2a.NewError(a2a.ErrInternalError, "the client went away before the task finished: "+ctx.Err().Error())
 	}
@@ -452,7 +506,8 @@ func (a *agent) stream(ctx context.Context, d store.Delegation, yield func(a2a.E
 	err := a.follow(ctx, d, d.LastSeq, func(ev store.Event) bool {
 		if ev.Type == delegation.EventStatus {
 			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
-				if st, ok := m.(*protocol.DelegationStatus); ok && len(st.Partial) > 0 {
+				// A question is the status message (finish), not output.
+				if st, ok := m.(*protocol.DelegationStatus); ok && len(st.Partial) > 0 && st.State != protocol.StateInputRequired {
 					e := a2a.NewArtifactUpdateEvent(t, outputArtifact, partsToA2A(st.Partial)...)
 					e.Append = chunks > 0
 					chunks++
