@@ -140,6 +140,7 @@ func TestBadInput(t *testing.T) {
 		{"bad budget", "POST", "/a2a/echo", "application/json", "1.0", `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"x"}],"metadata":{"budgetTokens":-3}}}}`, 200, -32602},
 		{"push config", "POST", "/a2a/echo", "application/json", "1.0", `{"jsonrpc":"2.0","id":1,"method":"GetTaskPushNotificationConfig","params":{"taskId":"x","id":"y"}}`, 200, -32003},
 		{"unknown profile", "POST", "/a2a/nope", "application/json", "1.0", send, 404, -32601},
+		{"answer to an unknown task", "POST", "/a2a/echo", "application/json", "1.0", `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","taskId":"00000000000000000000000000000000","role":"ROLE_USER","parts":[{"text":"x"}]}}}`, 200, -32001},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -283,7 +284,7 @@ func TestCardsSignedAndVerified(t *testing.T) {
 		}
 	}
 	node, _ := tg.gw.NodeCard()
-	if len(node.Skills) != 2 || node.Skills[0].ID != "echo" || node.Skills[1].ID != "slow" {
+	if len(node.Skills) != 3 || node.Skills[0].ID != "ask" || node.Skills[1].ID != "echo" || node.Skills[2].ID != "slow" {
 		t.Fatalf("node card skills = %+v", node.Skills)
 	}
 }
