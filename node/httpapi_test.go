@@ -27,6 +27,12 @@ func (noEngine) Delegate(context.Context, delegation.Request) (protocol.Delegati
 	return protocol.DelegationID{}, delegation.ErrNotRunning
 }
 func (noEngine) Cancel(protocol.DelegationID, string) error { return delegation.ErrUnknown }
+func (noEngine) Reply(context.Context, protocol.DelegationID, protocol.Task) error {
+	return delegation.ErrUnknown
+}
+func (noEngine) Question(protocol.DelegationID) (delegation.Question, error) {
+	return delegation.Question{}, delegation.ErrUnknown
+}
 func (noEngine) Subscribe(store.Role, protocol.DelegationID) (<-chan store.Event, func()) {
 	return nil, func() {}
 }
