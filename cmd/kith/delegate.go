@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +25,8 @@ func delegateCmd() *cobra.Command {
 		Long: "Delegate a task to a local profile, a named peer, or the best provider found.\n" +
 			"The task is TEXT, or read from --file PATH, or from stdin with \"-\" or when\n" +
 			"stdin is a pipe and no TEXT is given; at most 64 MiB of UTF-8 text.\n" +
-			"Exits 0 only when the delegation completed.",
+			"Exits 0 only when the delegation completed, and 2 when it waits for input:\n" +
+			"the question is printed, and \"kith tasks reply ID TEXT\" answers it.",
 		RunE: withClient(func(cmd *cobra.Command, args []string, c *api.Client) error {
 			text, err := taskText(cmd, args, file)
 			if err != nil {
@@ -41,14 +43,21 @@ func delegateCmd() *cobra.Command {
 			}
 			stderr := cmd.ErrOrStderr()
 			fmt.Fprintf(stderr, "delegation %s\n", id)
-			err = c.Events(ctx, id, func(ev api.Event) {
+			// A question ends the wait: the answer may take a person
+			// minutes, and comes from "kith tasks reply".
+			evCtx, stopEvents := context.WithCancel(ctx)
+			defer stopEvents()
+			err = c.Events(evCtx, id, func(ev api.Event) {
+				if ev.State == api.StateInputRequired {
+					stopEvents()
+				}
 				line := fmt.Sprintf("[%s] %s", ev.State, ev.Type)
 				if ev.Partial != "" {
 					line += " " + partialLine(ev.Partial)
 				}
 				fmt.Fprintln(stderr, line)
 			})
-			if err != nil && ctx.Err() == nil {
+			if err != nil && evCtx.Err() == nil {
 				fmt.Fprintf(stderr, "event stream: %v\n", err)
 			}
 			d, err := c.Delegation(ctx, id)
@@ -70,6 +79,10 @@ func delegateCmd() *cobra.Command {
 				fmt.Fprintf(stderr, " (%s)", d.Reason)
 			}
 			fmt.Fprintf(stderr, " tokens=%d/%d\n", d.Usage.Completion, d.Budget)
+			if d.State == api.StateInputRequired {
+				fmt.Fprintf(stderr, "question (turn %d): %s\nanswer with: kith tasks reply %s TEXT\n", d.Turn, d.Question, id)
+				return exitError{2}
+			}
 			if d.State != api.StateCompleted {
 				return exitError{1}
 			}

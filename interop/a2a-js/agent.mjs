@@ -4,13 +4,15 @@
 //   node agent.mjs <1.0|0.3>
 //
 // It upper-cases the message and streams it word by word; "hang" runs
-// until cancelled. It prints {"url": ...} once listening, and
+// until cancelled; "ask" asks back (TASK_STATE_INPUT_REQUIRED, "which
+// color?") and the answer, sent to the same task, completes it with
+// "COLOR: <ANSWER>". It prints {"url": ...} once listening, and
 // {"cancelled": <task id>} when a cancel arrives. With 0.3 its card
 // declares only a v0.3 JSON-RPC interface (served by the SDK's compat layer).
 import express from 'express';
 import { AgentEvent, DefaultRequestHandler, InMemoryTaskStore } from '@a2a-js/sdk/server';
 import { agentCardHandler, jsonRpcHandler, UserBuilder } from '@a2a-js/sdk/server/express';
-import { AgentCard, TaskState } from '@a2a-js/sdk';
+import { AgentCard, Role, TaskState } from '@a2a-js/sdk';
 
 const version = process.argv[2] === '0.3' ? '0.3' : '1.0';
 const hanging = new Map();
@@ -22,6 +24,26 @@ const executor = {
     bus.publish(AgentEvent.task({ id: taskId, contextId, status: { state: TaskState.TASK_STATE_SUBMITTED }, history: [msg], artifacts: [], metadata: undefined }));
     bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: { state: TaskState.TASK_STATE_WORKING }, metadata: undefined }));
     const text = msg.parts.map((p) => (p.content?.$case === 'text' ? p.content.value : '')).join('');
+    if (ctx.task) {
+      // A follow-up turn (the task was published first, above): the
+      // answer to "ask".
+      bus.publish(AgentEvent.artifactUpdate({
+        taskId, contextId, append: false, lastChunk: true, metadata: undefined,
+        artifact: { artifactId: 'out', name: 'out', description: '', parts: [{ content: { $case: 'text', value: 'COLOR: ' + text.toUpperCase() } }], extensions: [], metadata: undefined },
+      }));
+      bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: { state: TaskState.TASK_STATE_COMPLETED }, metadata: undefined }));
+      bus.finished();
+      return;
+    }
+    if (text === 'ask') {
+      const question = {
+        messageId: 'q-' + taskId, role: Role.ROLE_AGENT, taskId, contextId, metadata: undefined, extensions: [], referenceTaskIds: [],
+        parts: [{ content: { $case: 'text', value: 'which color?' } }],
+      };
+      bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: { state: TaskState.TASK_STATE_INPUT_REQUIRED, message: question }, metadata: undefined }));
+      bus.finished();
+      return;
+    }
     if (text === 'hang') {
       await new Promise((resolve) => hanging.set(taskId, resolve));
       return;

@@ -3,12 +3,17 @@
 //
 //   node interop.mjs phase1 <base URL> <token> <profile> [legacy]
 //   node interop.mjs phase2 <base URL> <token> <profile> <slow profile> <task id> [legacy]
+//   node interop.mjs multiturn <base URL> <token> <profile> [legacy]
 //
 // phase1: resolve the profile's card (signature fields present, verified
 // with the SDK's own JWS verifier against the node's JWKS; bearer scheme
 // declared), sendMessage (blocking) and sendMessageStream (working →
 // artifact → completed). phase2 (after the Go test restarted the daemon):
 // getTask finds phase1's task; a long task is cancelled with cancelTask.
+// multiturn: the profile's task asks back: sendMessage gives a task in
+// INPUT_REQUIRED whose status message is the question; a sendMessage whose
+// message names that task (taskId, contextId) answers it, and the same task
+// completes with the answer in its output.
 // "legacy" runs the same through the v0.3 JSON-RPC transport. The last line
 // on stdout is a JSON summary; any failure exits non-zero.
 import { ClientFactory, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
@@ -148,10 +153,32 @@ async function phase2() {
   console.log(JSON.stringify({ cancelledTaskId: id }));
 }
 
+async function multiturn() {
+  const { c } = await client();
+  const asked = await c.sendMessage({ message: text('ask') });
+  check(asked.status?.state === TaskState.TASK_STATE_INPUT_REQUIRED, 'sendMessage: input required: ' + JSON.stringify(asked.status));
+  const question = (asked.status.message?.parts ?? []).map((p) => p.content?.value ?? '').join('');
+  check(question === 'which color?', 'the question is the status message: ' + JSON.stringify(asked.status.message));
+  const reply = { ...text('blue'), taskId: asked.id, contextId: asked.contextId };
+  const done = await c.sendMessage({ message: reply });
+  check(done.id === asked.id, 'the answer continues the same task: ' + done.id + ' vs ' + asked.id);
+  check(done.status?.state === TaskState.TASK_STATE_COMPLETED, 'answered task completed: ' + JSON.stringify(done.status));
+  check(artifactText(done) === 'COLOR: BLUE', 'output after the answer: ' + artifactText(done));
+  let refused = false;
+  try {
+    await c.sendMessage({ message: { ...text('red'), taskId: asked.id } });
+  } catch (e) {
+    refused = true;
+  }
+  check(refused, 'an answer to a completed task is refused');
+  console.log(JSON.stringify({ multiTurnTaskId: asked.id, question }));
+}
+
 try {
   if (phase === 'phase1') await phase1();
+  else if (phase === 'multiturn') await multiturn();
   else if (phase === 'phase2') await phase2();
-  else throw new Error('usage: phase1|phase2 ...');
+  else throw new Error('usage: phase1|phase2|multiturn ...');
 } catch (e) {
   console.error(legacy ? '[v0.3] ' : '[v1.0] ', e?.stack ?? e, e?.data ? JSON.stringify(e.data) : '');
   process.exit(1);

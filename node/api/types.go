@@ -38,7 +38,8 @@ const (
 	AccessAllow = store.AccessAllow
 	AccessDeny  = store.AccessDeny
 
-	StateCompleted = protocol.StateCompleted
+	StateCompleted     = protocol.StateCompleted
+	StateInputRequired = protocol.StateInputRequired
 
 	RoleRequester = store.RoleRequester
 	RoleProvider  = store.RoleProvider
