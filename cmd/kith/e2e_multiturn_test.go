@@ -11,14 +11,15 @@ import (
 	"github.com/kithmesh/kith/node/api"
 )
 
-// TestE2EMultiTurn: a multi-turn delegation over the mesh on real daemons.
+// TestA2AInteropMultiTurn (named so that .ci/run's must-not-skip interop run
+// takes it): a multi-turn delegation over the mesh on real daemons.
 // B's profile forwards to an agent built with the A2A JavaScript SDK's
 // server that asks back; A delegates to it, once from the CLI (kith
 // delegate stops at the question, kith tasks reply answers it) and once
 // through A's A2A gateway with @a2a-js/sdk's client (INPUT_REQUIRED, then a
 // SendMessage naming the task). Each ends COMPLETED with a proof over both
 // turns.
-func TestE2EMultiTurn(t *testing.T) {
+func TestA2AInteropMultiTurn(t *testing.T) {
 	nodeBin := needInterop(t)
 	agentURL, _ := jsAgent(t, nodeBin, "1.0")
 	a, b := pair(t, fmt.Sprintf(`
