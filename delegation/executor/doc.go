@@ -18,6 +18,13 @@
 //     task when the delegation is cancelled.
 //   - HandlerFunc adapts a Go function registered in-process.
 //
+// Multi-turn tasks: an executor may return a question instead of a result
+// (Result.Input; a handler returns AskInput). The task pauses, and the
+// executor is called again with the answer in Task.Turns. The A2A executor
+// maps its agent's input-required state to this and sends the answer to
+// the agent's task; Exec reads the question from $KITH_QUESTION_FILE (see
+// Exec); Echo and OpenAI never ask.
+//
 // Every executor keeps the same contract, so the core can treat them alike:
 //
 //   - emit is called only from the goroutine running Execute, never after

@@ -3,8 +3,10 @@ package executor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -29,6 +31,16 @@ import (
 // The command also finds the task's budget and context in its environment,
 // as KITH_BUDGET_TOKENS (when non-zero) and KITH_CONTEXT_ID, so a wrapper
 // can pass the budget on to its model.
+//
+// Multi-turn: a command that needs an answer before it can go on writes
+// its question to the file named by $KITH_QUESTION_FILE and exits 0. Its
+// stdout so far is that turn's output; the task pauses with the question
+// (input_required). When the answer comes, the command runs again with
+// KITH_TURN set to the turn (2 for the first answer) and, on stdin, the
+// JSON object {"task": <the task text>, "turns": [{"question": ...,
+// "answer": ...}, ...]} instead of the plain text. The question travels in
+// a file of its own because stdout streams out as output while it is
+// written, and a question is not output.
 type Exec struct {
 	// Command is the program and its arguments; no shell is involved.
 	Command []string
@@ -83,10 +95,24 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 		return Result{}, fmt.Errorf("exec %s: %w: %v", name, ErrFailed, err)
 	}
 	stderr := &tailBuffer{max: stderrTailBytes}
+	qf, err := os.CreateTemp("", "kith-question-*")
+	if err != nil {
+		pr.Close()
+		pw.Close()
+		return Result{}, fmt.Errorf("exec %s: %w: question file: %v", name, ErrFailed, err)
+	}
+	qf.Close()
+	defer os.Remove(qf.Name())
+	stdin, err := execInput(task)
+	if err != nil {
+		pr.Close()
+		pw.Close()
+		return Result{}, fmt.Errorf("exec %s: %w: %v", name, ErrFailed, err)
+	}
 	cmd := exec.Command(name, e.Command[1:]...)
 	cmd.Dir = e.Dir
-	cmd.Env = e.environ(task)
-	cmd.Stdin = strings.NewReader(task.Text)
+	cmd.Env = append(e.environ(task), "KITH_QUESTION_FILE="+qf.Name(), "KITH_TURN="+strconv.Itoa(len(task.Turns)+1))
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout = pw
 	cmd.Stderr = stderr
 	cmd.WaitDelay = pipeDrainDelay
@@ -124,7 +150,52 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 		}
 		return res, fmt.Errorf("exec %s: %w: %s", name, ErrFailed, msg)
 	}
+	q, err := readQuestion(qf.Name())
+	if err != nil {
+		return res, fmt.Errorf("exec %s: %w: %v", name, ErrFailed, err)
+	}
+	if q != "" {
+		res.Input = &InputRequest{Question: q}
+		res.Usage = estimatedUsage(turnInput(task), text+q)
+	}
 	return res, nil
+}
+
+// execInput is a command's stdin: the task's text on the first turn, the
+// JSON of the conversation on later ones.
+func execInput(task Task) (string, error) {
+	if len(task.Turns) == 0 {
+		return task.Text, nil
+	}
+	type turn struct {
+		Question string `json:"question"`
+		Answer   string `json:"answer"`
+	}
+	in := struct {
+		Task  string `json:"task"`
+		Turns []turn `json:"turns"`
+	}{Task: task.Text}
+	for _, t := range task.Turns {
+		in.Turns = append(in.Turns, turn{t.Question, t.Answer})
+	}
+	b, err := json.Marshal(in)
+	return string(b), err
+}
+
+// readQuestion reads what a command left in its question file, cut to
+// MaxQuestion bytes of valid UTF-8; "" when it asks nothing.
+func readQuestion(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("question file: %v", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxQuestion+utf8.UTFMax))
+	if err != nil {
+		return "", fmt.Errorf("question file: %v", err)
+	}
+	q := strings.ToValidUTF8(strings.TrimRight(string(b), "\n"), "\uFFFD")
+	return truncateUTF8(q, MaxQuestion), nil
 }
 
 func (e Exec) environ(task Task) []string {

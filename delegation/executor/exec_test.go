@@ -330,3 +330,31 @@ func TestTailBuffer(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestExecAsks: the multi-turn convention. A command that writes to
+// $KITH_QUESTION_FILE pauses the task with that question (its stdout is the
+// turn's output); the next turn runs it with KITH_TURN=2 and the
+// conversation as JSON on stdin.
+func TestExecAsks(t *testing.T) {
+	needTools(t, "sh", "cat", "printf")
+	t.Parallel()
+	x := Exec{Command: []string{"sh", "-c", `if [ "$KITH_TURN" = 1 ]; then printf 'reading '; echo 'which color?' > "$KITH_QUESTION_FILE"; exit 0; fi; cat`}}
+	task := Task{Text: "paint", BudgetTokens: 1000}
+	res, err := x.Execute(context.Background(), task, nil)
+	if err != nil || res.Input == nil || res.Input.Question != "which color?" || res.Text != "reading " {
+		t.Fatalf("first turn: %+v (input %+v) %v", res, res.Input, err)
+	}
+	task.Turns = []Turn{{Question: res.Input.Question, Answer: "blue"}}
+	res, err = x.Execute(context.Background(), task, nil)
+	if err != nil || res.Input != nil {
+		t.Fatalf("second turn: %+v %v", res, err)
+	}
+	if want := `{"task":"paint","turns":[{"question":"which color?","answer":"blue"}]}`; res.Text != want {
+		t.Fatalf("second turn's stdin %q, want %q", res.Text, want)
+	}
+	// A command that asks nothing leaves no question.
+	res, err = Exec{Command: []string{"cat"}}.Execute(context.Background(), Task{Text: "x"}, nil)
+	if err != nil || res.Input != nil {
+		t.Fatalf("plain command: %+v %v", res, err)
+	}
+}
