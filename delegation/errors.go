@@ -56,4 +56,11 @@ const (
 	// ReasonExecutor: the profile's executor failed. Peers get this and a
 	// short safe message; the detail stays in the provider's log and store.
 	ReasonExecutor = "executor_failed"
+	// ReasonInputUnsupported: an executor asked for input that its
+	// requester cannot give (the offer was not multi_turn: a requester
+	// older than protocol 1.3).
+	ReasonInputUnsupported = "input_unsupported"
+	// ReasonAnswerRefused: the provider refused this node's answer to its
+	// question (it no longer waited for it), which ends the conversation.
+	ReasonAnswerRefused = "answer_refused"
 )

@@ -98,7 +98,7 @@ var failureReasons = map[string]struct{}{
 	ReasonProviderRestarted: {}, ReasonProviderShutdown: {}, ReasonRequesterRestarted: {},
 	ReasonBudgetViolation: {}, ReasonProofInvalid: {}, ReasonTimeout: {}, ReasonUnreachable: {},
 	ReasonProtocolViolation: {}, ReasonOutputViolation: {}, ReasonPayloadTooLarge: {},
-	ReasonStore: {}, ReasonExecutor: {},
+	ReasonStore: {}, ReasonExecutor: {}, ReasonInputUnsupported: {}, ReasonAnswerRefused: {},
 }
 
 // started counts a delegation just created, and its end when it was

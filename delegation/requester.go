@@ -666,7 +666,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 			// The provider refused an answer: it no longer waits for one
 			// this node can give, so the conversation is over.
 			_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
-				x.Reason = "the provider refused the answer: " + m.Reason.String()
+				x.Reason = ReasonAnswerRefused + ": " + m.Reason.String()
 				if m.Detail != "" {
 					x.Reason += ": " + m.Detail
 				}

@@ -39,10 +39,6 @@ var (
 	ErrBudgetSpent = errors.New("delegation: the delegation's token budget is spent")
 )
 
-// ReasonInputUnsupported: an executor asked for input that its requester
-// cannot give (the offer was not multi_turn: a requester older than 1.3).
-const ReasonInputUnsupported = "input_unsupported"
-
 // turnTag is the turn a status of t carries: 0 unless the offer is
 // multi_turn.
 func (t *task) turnTag() uint32 {
