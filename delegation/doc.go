@@ -28,6 +28,11 @@
 // and results carry up to protocol.MaxPayload (less where the store holds
 // less); a larger task is refused by Delegate before anything is stored.
 //
+// Multi-turn delegations (turns.go, protocol 1.3): an executor's question
+// pauses a task in input_required, holding no slot or lease, until
+// Engine.Reply's answer continues it on the same provider, within the
+// first offer's deadline and budget; the proof covers every turn.
+//
 // Local profiles run through the same state machine and store with no
 // network: the engine is its own provider.
 package delegation
