@@ -200,7 +200,11 @@ type core struct {
 
 	runMu  sync.Mutex
 	runCtx context.Context
-	wg     sync.WaitGroup
+	// stopped is set, under runMu, before Run waits for wg: no goroutine
+	// is added once Wait may have begun (the race detector reports an Add
+	// from zero concurrent with Wait).
+	stopped bool
+	wg      sync.WaitGroup
 	// recovered is closed once Run has resumed what the previous run left
 	// open (Reply waits for it: a delegation it answers may be one).
 	recovered chan struct{}
@@ -389,6 +393,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	err := e.recover(ctx)
 	close(e.recovered)
 	<-ctx.Done()
+	e.runMu.Lock()
+	e.stopped = true
+	e.runMu.Unlock()
 	e.wg.Wait()
 	return err
 }
@@ -404,7 +411,7 @@ func (e *core) stopping() bool {
 func (e *core) goWithRun(f func(ctx context.Context)) error {
 	e.runMu.Lock()
 	ctx := e.runCtx
-	if ctx == nil || ctx.Err() != nil {
+	if ctx == nil || ctx.Err() != nil || e.stopped {
 		e.runMu.Unlock()
 		return ErrNotRunning
 	}
