@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/gpu"
 	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
@@ -427,5 +428,41 @@ func TestWaitBoundedByDeadline(t *testing.T) {
 	d := waitState(t, req, id, protocol.StateExpired)
 	if _, err := req.engine().Verify(id); err != nil {
 		t.Fatalf("verify the expired result: %v (%s)", err, d.Reason)
+	}
+}
+
+// TestWaitingHoldsNoVRAM: while a delegation waits for input its provider
+// holds no lease: local work that needs the whole GPU runs without
+// preempting it, and the answer takes the VRAM again for the next turn.
+func TestWaitingHoldsNoVRAM(t *testing.T) {
+	h := &askHandler{}
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		if i == 1 {
+			c.Ledger = gpu.NewLedger(gpu.Static(8000), 0, nil)
+			c.Profiles = append(c.Profiles,
+				Profile{Profile: protocol.Profile{Name: "ask-gpu", MaxBudgetTokens: 1000, VRAMMiB: 6000}, Executor: executor.HandlerFunc(h.handle)},
+				Profile{Profile: protocol.Profile{Name: "gpu-local", MaxBudgetTokens: 1000, VRAMMiB: 6000}, Executor: executor.Echo{}})
+		}
+	})
+	req, prov := nodes[0], nodes[1]
+	ctx := context.Background()
+	id, err := req.engine().Delegate(ctx, Request{Profile: "ask-gpu", Peer: prov.id.PeerID(), Task: textTask("g"), BudgetTokens: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, req, id, protocol.StateInputRequired)
+	local := delegateAndWait(t, prov, Request{Profile: "gpu-local", Task: textTask("mine")})
+	if local.State != protocol.StateCompleted {
+		t.Fatalf("local work while a remote task waits: %s %s", local.State, local.Reason)
+	}
+	if d, _ := prov.st.DelegationInfo(store.RoleProvider, id); d.State != protocol.StateInputRequired {
+		t.Fatalf("the waiting delegation is %s after the local work", d.State)
+	}
+	if err := req.engine().Reply(ctx, id, textTask("CUDA")); err != nil {
+		t.Fatal(err)
+	}
+	d := waitState(t, req, id, protocol.StateCompleted)
+	if got := Output(d); got != "asked which language for g? told CUDA" {
+		t.Fatalf("output %q", got)
 	}
 }
