@@ -276,6 +276,9 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 		return
 	}
 	p, rej := e.admit(remote, c.Header().IssuedAt, o)
+	if rej == nil {
+		rej = e.checkContextOffer(o) // contexts: context.go
+	}
 	if rej != nil {
 		e.reject(c, remote, o.ID, rej)
 		return
@@ -536,7 +539,9 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		lastFlush = time.Now()
 		_ = e.emitStatus(t, st)
 	}
-	res, err := t.profile.Executor.Execute(ctx, taskInput(t.offer), func(u executor.Update) {
+	in := taskInput(t.offer)
+	e.contextInput(t, &in) // contexts: the history (context.go)
+	res, err := t.profile.Executor.Execute(ctx, in, func(u executor.Update) {
 		pending = append(pending, u.Text...)
 		if time.Since(lastFlush) >= flushInterval || len(pending) >= providerFlushBytes {
 			flush()
@@ -598,6 +603,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
+	e.keepTurn(t, state, out) // contexts: before the result is stored and sent (context.go)
 	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash}
 	t.logMu.Lock()
 	switch t.open {

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"iter"
 	"net/http"
@@ -26,6 +27,16 @@ func (a *testAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) ite
 		text := ec.Message.Parts[0].Text()
 		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) ||
 			!yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
+			return
+		}
+		if text == "context" {
+			// Says what it was given of the task's context.
+			hist, _ := json.Marshal(ec.Metadata["kithContextHistory"])
+			e := a2a.NewArtifactUpdateEvent(ec, "out", a2a.NewTextPart(ec.ContextID+" "+string(hist)))
+			e.Append = false
+			if yield(e, nil) {
+				yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
+			}
 			return
 		}
 		if text == "hang" {
@@ -110,6 +121,20 @@ func TestA2AStreams(t *testing.T) {
 				t.Fatal("StoppedAtBudget without reaching the budget")
 			}
 		})
+	}
+}
+
+// The agent gets the task's context id, to keep its own state under, and
+// the context's earlier turns.
+func TestA2AContext(t *testing.T) {
+	srv := serveAgent(t, &testAgent{}, false, "")
+	task := Task{Text: "context", ContextID: "conv-1", History: []Turn{{Task: "q", Result: "a"}}}
+	res, err := (&A2A{URL: srv.URL}).Execute(context.Background(), task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `conv-1 [{"result":"a","task":"q"}]`; res.Text != want { // a map once decoded: keys sorted
+		t.Fatalf("agent saw %q, want %q", res.Text, want)
 	}
 }
 

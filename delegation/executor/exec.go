@@ -28,7 +28,9 @@ import (
 // the token budget (see EstimateTokens) or MaxOutput, whichever is lower.
 // The command also finds the task's budget and context in its environment,
 // as KITH_BUDGET_TOKENS (when non-zero) and KITH_CONTEXT_ID, so a wrapper
-// can pass the budget on to its model.
+// can pass the budget on to its model; when the task's context has earlier
+// turns, KITH_CONTEXT_HISTORY names a JSON file holding them (history.go,
+// docs/contexts.md), removed when the command is done.
 type Exec struct {
 	// Command is the program and its arguments; no shell is involved.
 	Command []string
@@ -75,6 +77,13 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("exec %s: %w", name, err)
 	}
+	history, err := writeHistory(task) // contexts: history.go
+	if err != nil {
+		return Result{}, fmt.Errorf("exec %s: %w", name, err)
+	}
+	if history != "" {
+		defer os.Remove(history)
+	}
 	// Stdout is a pipe of our own rather than cmd.StdoutPipe, whose reads
 	// must all finish before Wait: here the reads race the exit, and the
 	// supervisor needs to bound them with a deadline.
@@ -85,7 +94,7 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	stderr := &tailBuffer{max: stderrTailBytes}
 	cmd := exec.Command(name, e.Command[1:]...)
 	cmd.Dir = e.Dir
-	cmd.Env = e.environ(task)
+	cmd.Env = e.environ(task, history)
 	cmd.Stdin = strings.NewReader(task.Text)
 	cmd.Stdout = pw
 	cmd.Stderr = stderr
@@ -127,10 +136,13 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	return res, nil
 }
 
-func (e Exec) environ(task Task) []string {
+func (e Exec) environ(task Task, history string) []string {
 	env := append(os.Environ(), e.Env...)
 	if task.BudgetTokens > 0 {
 		env = append(env, "KITH_BUDGET_TOKENS="+strconv.FormatUint(task.BudgetTokens, 10))
+	}
+	if history != "" {
+		env = append(env, "KITH_CONTEXT_HISTORY="+history)
 	}
 	return append(env, "KITH_CONTEXT_ID="+task.ContextID)
 }

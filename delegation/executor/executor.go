@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -27,6 +28,21 @@ type Task struct {
 	BudgetTokens uint64
 	// ContextID groups the tasks of one conversation.
 	ContextID string
+	// History is the context's earlier turns, oldest first (contexts: see
+	// docs/contexts.md): what the provider kept of this requester's
+	// context, or what the requester carried when the context moved here.
+	// Empty without a context, or for its first turn.
+	History []Turn
+}
+
+// Turn is one earlier delegation of a task's context: its task (text
+// and JSON data parts, as in Task) and the text of its result. Its JSON
+// form is the one docs/contexts.md documents.
+type Turn struct {
+	Profile string            `json:"profile,omitempty"`
+	Task    string            `json:"task"`
+	Data    []json.RawMessage `json:"data,omitempty"`
+	Result  string            `json:"result"`
 }
 
 // Update is a piece of streamed output. For Echo, Exec and OpenAI the
