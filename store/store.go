@@ -107,6 +107,8 @@ type Store struct {
 	metrics *Metrics // nil: not measured
 
 	ctxLimits ContextLimits
+
+	peers peerCache // GetPeer's answers (peercache.go)
 }
 
 // Open opens, or creates, the store in dir (created with mode 0700 if
@@ -235,6 +237,7 @@ func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error 
 	}
 	unlock := s.locks.lock(lockKeys...)
 	defer unlock()
+	defer s.peers.forget(lockKeys) // after the commit, before the unlock
 
 	defer s.metrics.observeCommit(time.Now())
 	if !s.direct {
