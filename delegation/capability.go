@@ -267,15 +267,28 @@ func offers(a *protocol.CapabilityAssertion, profile string) bool {
 // ranks them without a round trip; peers of which nothing fresh is known
 // are asked. The winner is then asked directly (unless a fresh answer is
 // cached), because only a query answer says what this node may use.
-func (e *requesterHalf) choose(ctx context.Context, profile string, size int) (peer.ID, *protocol.CapabilityAssertion, error) {
+//
+// prefer, when set, is the provider that holds the state of the task's
+// context (context.go): it is asked afresh, since a cached answer may
+// predate the slots it now has in use, and wins if it still offers the
+// profile to this node with a free slot and room for size bytes; if not,
+// it is left out of the ranking (a cached answer would bring it back).
+func (e *requesterHalf) choose(ctx context.Context, profile string, size int, prefer peer.ID) (peer.ID, *protocol.CapabilityAssertion, error) {
+	if prefer != "" && prefer != e.id.PeerID() {
+		a, err := e.QueryCapabilities(ctx, prefer)
+		if err == nil && offers(&a, profile) && a.Capacity.FreeSlots > 0 && a.PayloadLimit() >= size {
+			return prefer, &a, nil
+		}
+		e.log.Debug("context affinity: provider unavailable, choosing another", "peer", prefer, "profile", profile, "err", err)
+	}
 	if e.cfg.Finder == nil {
 		return "", nil, fmt.Errorf("%w: %q (no local profile, no peer named, no discovery)", ErrNoProvider, profile)
 	}
 	now := e.cfg.Now()
 	var ranked []candidate
 	for _, p := range e.cfg.Finder.Candidates(ctx, profile) {
-		if p == e.id.PeerID() {
-			continue
+		if p == e.id.PeerID() || p == prefer {
+			continue // prefer: just asked, and unfit
 		}
 		e.reqMu.Lock()
 		k := e.caps[p]

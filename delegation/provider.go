@@ -277,6 +277,9 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 		return
 	}
 	p, rej := e.admit(remote, c.Header().IssuedAt, o)
+	if rej == nil {
+		rej = e.checkContextOffer(o) // contexts: context.go
+	}
 	if rej != nil {
 		e.reject(c, remote, o.ID, rej)
 		return
@@ -571,7 +574,9 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	}
 	for err == nil {
 		stopWatch := e.watchLease(t)
-		res, err = t.profile.Executor.Execute(ctx, t.input(), emit)
+		in := t.input()
+		e.contextInput(t, &in) // contexts: the history (context.go)
+		res, err = t.profile.Executor.Execute(ctx, in, emit)
 		stopWatch()
 		release()
 		if err != nil || res.Input == nil {
@@ -650,6 +655,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
+	e.keepTurn(t, state, out) // contexts: before the result is stored and sent (context.go)
 	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash}
 	t.logMu.Lock()
 	switch t.open {

@@ -76,8 +76,9 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 	}
 	target := req.Peer
 	var caps *protocol.CapabilityAssertion
+	affine, holder := e.contextPeers(req.ContextID, req.Profile) // contexts: context.go
 	if target == "" {
-		best, a, err := e.choose(ctx, req.Profile, size)
+		best, a, err := e.choose(ctx, req.Profile, size, affine)
 		if err != nil {
 			return protocol.DelegationID{}, err
 		}
@@ -92,6 +93,12 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 	if limit := caps.PayloadLimit(); size > limit {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %d bytes of content, provider %s carries at most %d", ErrTooLarge, size, target, limit)
 	}
+	// Contexts (context.go): a provider without the context's state gets its history.
+	parts, err := e.carryHistory(req, target, holder, caps.PayloadLimit(), size)
+	if err != nil {
+		return protocol.DelegationID{}, err
+	}
+	req.Task.Parts = parts
 	if req.BudgetTokens == 0 {
 		req.BudgetTokens = 1024
 		for _, p := range caps.Profiles {

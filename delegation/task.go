@@ -37,10 +37,10 @@ type task struct {
 	conn      *protocol.Conn // attached requester stream; nil while detached
 	statusSeq uint64
 	// The conversation of a multi-turn delegation (turns.go), under mu.
-	turn    uint32          // the turn running or asking, from 1
-	turns   []executor.Turn // questions asked, each with its answer once taken
-	used    executor.Usage  // what the turns before this one used
-	waiting bool            // a question is out and no answer taken yet
+	turn    uint32              // the turn running or asking, from 1
+	turns   []executor.Exchange // questions asked, each with its answer once taken
+	used    executor.Usage      // what the turns before this one used
+	waiting bool                // a question is out and no answer taken yet
 	// answered wakes the task when an answer is taken (buffered, 1).
 	answered chan struct{}
 	// resumed: recovered at start while waiting for an answer, so the

@@ -57,7 +57,7 @@ func (t *task) input() executor.Task {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.turns) > 0 {
-		in.Turns = slices.Clone(t.turns)
+		in.Exchanges = slices.Clone(t.turns)
 		in.BudgetTokens -= min(in.BudgetTokens, t.used.Completion)
 	}
 	return in
@@ -183,7 +183,7 @@ func (e *providerHalf) pause(ctx context.Context, t *task, res executor.Result, 
 	// from before it is sent.
 	t.mu.Lock()
 	t.turn, t.used, t.waiting = turn, used, true
-	t.turns = append(t.turns, executor.Turn{Question: res.Input.Question, Resume: res.Input.Resume})
+	t.turns = append(t.turns, executor.Exchange{Question: res.Input.Question, Resume: res.Input.Resume})
 	t.mu.Unlock()
 	if err := e.logPause(t, evs); err != nil {
 		t.mu.Lock()
@@ -378,7 +378,7 @@ func (e *providerHalf) resumeWaiting(info store.Delegation) error {
 			if st.State == protocol.StateInputRequired {
 				t.turn = st.Turn
 				t.used = executor.Usage(st.Usage)
-				t.turns = append(t.turns, executor.Turn{Question: partsText(st.Partial), Resume: resume})
+				t.turns = append(t.turns, executor.Exchange{Question: partsText(st.Partial), Resume: resume})
 				resume = nil
 			}
 		case EventTurn:

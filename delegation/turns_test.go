@@ -27,13 +27,13 @@ type askHandler struct {
 
 func (h *askHandler) handle(_ context.Context, task executor.Task, emit func(executor.Update)) (executor.Result, error) {
 	h.calls.Add(1)
-	if len(task.Turns) == 0 {
+	if len(task.Exchanges) == 0 {
 		emit(executor.Update{Text: "thinking "})
 		r := executor.AskInput("which language for " + task.Text + "?")
 		r.Usage = h.usage
 		return r, nil
 	}
-	last := task.Turns[len(task.Turns)-1]
+	last := task.Exchanges[len(task.Exchanges)-1]
 	return executor.Result{Text: "asked " + last.Question + " told " + last.Answer}, nil
 }
 

@@ -102,11 +102,15 @@ func serverMode(int) DHTConfig { return DHTConfig{Mode: DHTModeServer} }
 // everything else each node knows it learns through the DHT.
 func (k *kadNet) bootstrapEach(tb testing.TB, rng *rand.Rand) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	// Each node has its own deadline: a loaded machine (the race
+	// detector, other packages' tests) slows every bootstrap, and one
+	// shared deadline made the last nodes fail for the first ones' time.
 	for i := 1; i < len(k.dhts); i++ {
 		j := rng.IntN(i)
-		if err := k.dhts[i].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[j])}); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := k.dhts[i].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[j])})
+		cancel()
+		if err != nil {
 			tb.Fatalf("node %d bootstrapping from node %d: %v", i, j, err)
 		}
 	}

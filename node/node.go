@@ -221,7 +221,8 @@ func (n *Node) build() (_ *built, err error) {
 	}
 	b.st, err = store.Open(n.cfg.StorePath(n.home), store.Options{
 		Logger: cmp.Or(n.opts.StoreLogger, n.opts.Logger), NoSync: !n.cfg.Store.Durable, MaxReplayEntries: n.cfg.Limits.ReplayCacheEntries,
-		Metrics: n.metrics.store,
+		Contexts: n.cfg.Contexts.StoreLimits(),
+		Metrics:  n.metrics.store,
 	})
 	if err != nil {
 		return nil, err
@@ -595,7 +596,8 @@ func (n *Node) seen(p peer.ID) {
 	})
 }
 
-// maintain prunes expired replay entries and reclaims disk space.
+// maintain prunes expired replay entries and contexts past their bounds,
+// and reclaims disk space.
 func (n *Node) maintain(ctx context.Context, st *store.Store) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -606,6 +608,9 @@ func (n *Node) maintain(ctx context.Context, st *store.Store) {
 		case now := <-t.C:
 			if _, err := st.PruneReplay(now); err != nil {
 				n.log.Warn("prune replay cache", "err", err)
+			}
+			if _, err := st.PruneContexts(); err != nil {
+				n.log.Warn("prune contexts", "err", err)
 			}
 			_ = st.CollectGarbage()
 		}

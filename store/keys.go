@@ -24,6 +24,9 @@ import (
 //	idx/parent/<parent hex>/<role>/<id hex>  marker byte; roots are under the zero parent
 //	idx/created/<unix ns>/<role>/<id hex>    marker byte; creation order for listing
 //	ctx/<context ID>                         contextRecord
+//	idx/ctxupd/<unix ns><context ID>         marker byte; requester contexts by update time
+//	pctx/<peer len><peer><context ID>        PeerContext, binary (context.go)
+//	idx/pctxupd/<unix ns><peer len><peer><context ID>  marker byte; provider contexts by update time
 //	replay/<sender bytes><message ID 16 bytes>  expiry (8 bytes BE, unix ns)
 //	meta/<key>                               opaque bytes (PutMeta)
 //

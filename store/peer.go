@@ -179,12 +179,24 @@ func checkUnaudited(old, p Peer) error {
 
 // GetPeer returns the stored peer or ErrNotFound.
 func (s *Store) GetPeer(id peer.ID) (Peer, error) {
-	var p Peer
+	p, found, ok, gen := s.peers.get(id)
+	switch {
+	case ok && found:
+		return p, nil
+	case ok:
+		return Peer{}, fmt.Errorf("%w: peer %s", ErrNotFound, id)
+	}
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
 		p, err = getPeer(txn, id)
 		return err
 	})
+	switch {
+	case err == nil:
+		s.peers.put(id, p, true, gen)
+	case errors.Is(err, ErrNotFound):
+		s.peers.put(id, Peer{}, false, gen)
+	}
 	return p, err
 }
 

@@ -17,7 +17,10 @@ import (
 //	1  first layout (keys.go), every record JSON.
 //	2  delegation and event records binary (record.go); migrate1to2
 //	   rewrites a version 1 store at open.
-const schemaVersion uint64 = 2
+//	3  requester contexts indexed by update time (idx/ctxupd/), provider
+//	   contexts (pctx/, idx/pctxupd/); migrate2to3 indexes the contexts of
+//	   a version 2 store at open.
+const schemaVersion uint64 = 3
 
 // checkSchema stamps a fresh database with schemaVersion, migrates an
 // older one, and refuses one written by a newer binary, before anything
@@ -49,7 +52,12 @@ func (s *Store) checkSchema(where string) error {
 	case v == 0:
 		return fmt.Errorf("%w: %s has schema version 0", ErrCorrupt, where)
 	case v == 1:
-		return s.migrate1to2(where)
+		if err := s.migrate1to2(where); err != nil {
+			return err
+		}
+		return s.migrate2to3(where)
+	case v == 2:
+		return s.migrate2to3(where)
 	}
 	return nil
 }

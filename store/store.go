@@ -40,6 +40,10 @@ type Options struct {
 
 	// Metrics, when set, observe every commit (metrics.go).
 	Metrics *Metrics
+
+	// Contexts bound the context state kept (context.go); zero fields
+	// take their defaults.
+	Contexts ContextLimits
 }
 
 // Badger tuning. Badger's defaults (64 MiB memtables ×5, a 256 MiB block
@@ -101,6 +105,10 @@ type Store struct {
 	direct bool
 
 	metrics *Metrics // nil: not measured
+
+	ctxLimits ContextLimits
+
+	peers peerCache // GetPeer's answers (peercache.go)
 }
 
 // Open opens, or creates, the store in dir (created with mode 0700 if
@@ -148,7 +156,8 @@ func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, 
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", where, err)
 	}
-	s := &Store{db: db, now: opts.Now, maxValue: maxValue, metrics: opts.Metrics}
+	s := &Store{db: db, now: opts.Now, maxValue: maxValue, metrics: opts.Metrics,
+		ctxLimits: opts.Contexts.withDefaults(maxValue)}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -228,6 +237,7 @@ func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error 
 	}
 	unlock := s.locks.lock(lockKeys...)
 	defer unlock()
+	defer s.peers.forget(lockKeys) // after the commit, before the unlock
 
 	defer s.metrics.observeCommit(time.Now())
 	if !s.direct {

@@ -336,6 +336,14 @@ func (x *A2A) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	if task.BudgetTokens > 0 {
 		req.Metadata = map[string]any{"budgetTokens": task.BudgetTokens}
 	}
+	if len(task.History) > 0 {
+		// Contexts: the agent keeps its own state under the context id; the
+		// turns it may not have seen (the context moved here) ride along.
+		if req.Metadata == nil {
+			req.Metadata = map[string]any{}
+		}
+		req.Metadata["kithContextHistory"] = task.History
+	}
 
 	// The watchdog ends the call when the agent goes quiet; every event
 	// rearms it.

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"iter"
 	"net/http"
@@ -43,6 +44,16 @@ func (a *testAgent) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) ite
 		}
 		if !yield(a2a.NewSubmittedTask(ec, ec.Message), nil) ||
 			!yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateWorking, nil), nil) {
+			return
+		}
+		if text == "context" {
+			// Says what it was given of the task's context.
+			hist, _ := json.Marshal(ec.Metadata["kithContextHistory"])
+			e := a2a.NewArtifactUpdateEvent(ec, "out", a2a.NewTextPart(ec.ContextID+" "+string(hist)))
+			e.Append = false
+			if yield(e, nil) {
+				yield(a2a.NewStatusUpdateEvent(ec, a2a.TaskStateCompleted, nil), nil)
+			}
 			return
 		}
 		if text == "hang" {
@@ -127,6 +138,20 @@ func TestA2AStreams(t *testing.T) {
 				t.Fatal("StoppedAtBudget without reaching the budget")
 			}
 		})
+	}
+}
+
+// The agent gets the task's context id, to keep its own state under, and
+// the context's earlier turns.
+func TestA2AContext(t *testing.T) {
+	srv := serveAgent(t, &testAgent{}, false, "")
+	task := Task{Text: "context", ContextID: "conv-1", History: []Turn{{Task: "q", Result: "a"}}}
+	res, err := (&A2A{URL: srv.URL}).Execute(context.Background(), task, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `conv-1 [{"result":"a","task":"q"}]`; res.Text != want { // a map once decoded: keys sorted
+		t.Fatalf("agent saw %q, want %q", res.Text, want)
 	}
 }
 
@@ -240,7 +265,7 @@ func TestA2AInputRequired(t *testing.T) {
 			if res.Input == nil || res.Input.Question != "which color?" || len(res.Input.Resume) == 0 {
 				t.Fatalf("first turn result %+v, want the agent's question", res)
 			}
-			task.Turns = []Turn{{Question: res.Input.Question, Resume: res.Input.Resume, Answer: "blue"}}
+			task.Exchanges = []Exchange{{Question: res.Input.Question, Resume: res.Input.Resume, Answer: "blue"}}
 			res, err = x.Execute(context.Background(), task, nil)
 			if err != nil {
 				t.Fatalf("second turn: %v", err)
@@ -249,7 +274,7 @@ func TestA2AInputRequired(t *testing.T) {
 				t.Fatalf("second turn result %+v", res)
 			}
 			// A resume state that names no task fails typed.
-			task.Turns[0].Resume = []byte("{}")
+			task.Exchanges[0].Resume = []byte("{}")
 			if _, err := x.Execute(context.Background(), task, nil); !errors.Is(err, ErrFailed) {
 				t.Fatalf("bad resume: %v", err)
 			}

@@ -20,7 +20,7 @@
 //
 // Multi-turn tasks: an executor may return a question instead of a result
 // (Result.Input; a handler returns AskInput). The task pauses, and the
-// executor is called again with the answer in Task.Turns. The A2A executor
+// executor is called again with the answer in Task.Exchanges. The A2A executor
 // maps its agent's input-required state to this and sends the answer to
 // the agent's task; Exec reads the question from $KITH_QUESTION_FILE (see
 // Exec); Echo and OpenAI never ask.

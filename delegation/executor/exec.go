@@ -30,17 +30,19 @@ import (
 // the token budget (see EstimateTokens) or MaxOutput, whichever is lower.
 // The command also finds the task's budget and context in its environment,
 // as KITH_BUDGET_TOKENS (when non-zero) and KITH_CONTEXT_ID, so a wrapper
-// can pass the budget on to its model.
+// can pass the budget on to its model; when the task's context has earlier
+// turns, KITH_CONTEXT_HISTORY names a JSON file holding them (history.go,
+// docs/contexts.md), removed when the command is done.
 //
-// Multi-turn: a command that needs an answer before it can go on writes
-// its question to the file named by $KITH_QUESTION_FILE and exits 0. Its
-// stdout so far is that turn's output; the task pauses with the question
-// (input_required). When the answer comes, the command runs again with
-// KITH_TURN set to the turn (2 for the first answer) and, on stdin, the
-// JSON object {"task": <the task text>, "turns": [{"question": ...,
-// "answer": ...}, ...]} instead of the plain text. The question travels in
-// a file of its own because stdout streams out as output while it is
-// written, and a question is not output.
+// Multi-turn (protocol 1.3): a command that needs an answer before it can
+// go on writes its question to the file named by $KITH_QUESTION_FILE and
+// exits 0. Its stdout so far is that turn's output; the task pauses with
+// the question (input_required). When the answer comes, the command runs
+// again with KITH_TURN set to the turn (2 for the first answer) and, on
+// stdin, the JSON object {"task": <the task text>, "turns": [{"question":
+// ..., "answer": ...}, ...]} instead of the plain text. The question
+// travels in a file of its own because stdout streams out as output while
+// it is written, and a question is not output.
 type Exec struct {
 	// Command is the program and its arguments; no shell is involved.
 	Command []string
@@ -87,6 +89,13 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("exec %s: %w", name, err)
 	}
+	history, err := writeHistory(task) // contexts: history.go
+	if err != nil {
+		return Result{}, fmt.Errorf("exec %s: %w", name, err)
+	}
+	if history != "" {
+		defer os.Remove(history)
+	}
 	// Stdout is a pipe of our own rather than cmd.StdoutPipe, whose reads
 	// must all finish before Wait: here the reads race the exit, and the
 	// supervisor needs to bound them with a deadline.
@@ -111,7 +120,7 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 	}
 	cmd := exec.Command(name, e.Command[1:]...)
 	cmd.Dir = e.Dir
-	cmd.Env = append(e.environ(task), "KITH_QUESTION_FILE="+qf.Name(), "KITH_TURN="+strconv.Itoa(len(task.Turns)+1))
+	cmd.Env = append(e.environ(task, history), "KITH_QUESTION_FILE="+qf.Name(), "KITH_TURN="+strconv.Itoa(len(task.Exchanges)+1))
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout = pw
 	cmd.Stderr = stderr
@@ -164,7 +173,7 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 // execInput is a command's stdin: the task's text on the first turn, the
 // JSON of the conversation on later ones.
 func execInput(task Task) (string, error) {
-	if len(task.Turns) == 0 {
+	if len(task.Exchanges) == 0 {
 		return task.Text, nil
 	}
 	type turn struct {
@@ -175,7 +184,7 @@ func execInput(task Task) (string, error) {
 		Task  string `json:"task"`
 		Turns []turn `json:"turns"`
 	}{Task: task.Text}
-	for _, t := range task.Turns {
+	for _, t := range task.Exchanges {
 		in.Turns = append(in.Turns, turn{t.Question, t.Answer})
 	}
 	b, err := json.Marshal(in)
@@ -198,10 +207,13 @@ func readQuestion(path string) (string, error) {
 	return truncateUTF8(q, MaxQuestion), nil
 }
 
-func (e Exec) environ(task Task) []string {
+func (e Exec) environ(task Task, history string) []string {
 	env := append(os.Environ(), e.Env...)
 	if task.BudgetTokens > 0 {
 		env = append(env, "KITH_BUDGET_TOKENS="+strconv.FormatUint(task.BudgetTokens, 10))
+	}
+	if history != "" {
+		env = append(env, "KITH_CONTEXT_HISTORY="+history)
 	}
 	return append(env, "KITH_CONTEXT_ID="+task.ContextID)
 }

@@ -41,6 +41,11 @@ func TestExec(t *testing.T) {
 			task: Task{Text: strings.Repeat("x", 1<<20)}, want: "ignored\n"},
 		{name: "environment", command: []string{"sh", "-c", `printf '%s/%s/%s' "$KITH_BUDGET_TOKENS" "$KITH_CONTEXT_ID" "$EXTRA"`},
 			task: Task{BudgetTokens: 99, ContextID: "c7"}, want: "99/c7/set"},
+		{name: "context history", command: []string{"sh", "-c", `cat "$KITH_CONTEXT_HISTORY"`},
+			task: Task{ContextID: "c7", History: []Turn{{Task: "q", Result: "a"}}},
+			want: `{"context_id":"c7","turns":[{"task":"q","result":"a"}]}`},
+		{name: "no history", command: []string{"sh", "-c", `printf '[%s]' "$KITH_CONTEXT_HISTORY"`},
+			task: Task{ContextID: "c7"}, want: "[]"},
 		{name: "invalid utf8", command: []string{"printf", `a\377b`}, want: "a\uFFFDb"},
 		{name: "split rune", command: []string{"sh", "-c", `printf '\342'; sleep 0.1; printf '\202\254!'`}, want: "€!"},
 	} {
@@ -344,7 +349,7 @@ func TestExecAsks(t *testing.T) {
 	if err != nil || res.Input == nil || res.Input.Question != "which color?" || res.Text != "reading " {
 		t.Fatalf("first turn: %+v (input %+v) %v", res, res.Input, err)
 	}
-	task.Turns = []Turn{{Question: res.Input.Question, Answer: "blue"}}
+	task.Exchanges = []Exchange{{Question: res.Input.Question, Answer: "blue"}}
 	res, err = x.Execute(context.Background(), task, nil)
 	if err != nil || res.Input != nil {
 		t.Fatalf("second turn: %+v %v", res, err)
@@ -356,5 +361,20 @@ func TestExecAsks(t *testing.T) {
 	res, err = Exec{Command: []string{"cat"}}.Execute(context.Background(), Task{Text: "x"}, nil)
 	if err != nil || res.Input != nil {
 		t.Fatalf("plain command: %+v %v", res, err)
+	}
+}
+
+// The history file is the command's alone and gone once it is done.
+func TestExecHistoryFileRemoved(t *testing.T) {
+	e := Exec{Command: []string{"sh", "-c", `printf %s "$KITH_CONTEXT_HISTORY"`}}
+	res, err := e.Execute(context.Background(), Task{ContextID: "c", History: []Turn{{Task: "q"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text == "" {
+		t.Fatal("no KITH_CONTEXT_HISTORY for a task with history")
+	}
+	if _, err := os.Stat(res.Text); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("history file %s after the command: %v, want gone", res.Text, err)
 	}
 }

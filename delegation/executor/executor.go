@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -27,22 +28,38 @@ type Task struct {
 	BudgetTokens uint64
 	// ContextID groups the tasks of one conversation.
 	ContextID string
-	// Turns are the earlier turns of a multi-turn task, oldest first: each
-	// question the executor asked (Result.Input) and the requester's
-	// answer. Empty on the first call; the executor is called again, with
-	// one more turn, each time an answer comes. BudgetTokens is then what
-	// the earlier turns left of the task's budget.
-	Turns []Turn
+	// History is the context's earlier turns, oldest first (contexts: see
+	// docs/contexts.md): what the provider kept of this requester's
+	// context, or what the requester carried when the context moved here.
+	// Empty without a context, or for its first turn.
+	History []Turn
+	// Exchanges are the earlier turns of this multi-turn task (protocol
+	// 1.3), oldest first: each question the executor asked (Result.Input)
+	// and the requester's answer. Empty on the first call; the executor is
+	// called again, with one more, each time an answer comes. BudgetTokens
+	// is then what the earlier turns left of the task's budget. (History,
+	// above, is the context's earlier delegations; these are this one's.)
+	Exchanges []Exchange
 }
 
-// Turn is one finished exchange of a multi-turn task.
-type Turn struct {
+// Exchange is one question of a multi-turn task and its answer.
+type Exchange struct {
 	Question string // what the executor asked (InputRequest.Question)
 	Resume   []byte // what it kept with the question (InputRequest.Resume)
 	Answer   string // the requester's answer: its text parts joined with "\n"
 	// AnswerData holds the answer's JSON data parts (handlers only, as
 	// Task.Data).
 	AnswerData [][]byte
+}
+
+// Turn is one earlier delegation of a task's context: its task (text
+// and JSON data parts, as in Task) and the text of its result. Its JSON
+// form is the one docs/contexts.md documents.
+type Turn struct {
+	Profile string            `json:"profile,omitempty"`
+	Task    string            `json:"task"`
+	Data    []json.RawMessage `json:"data,omitempty"`
+	Result  string            `json:"result"`
 }
 
 // InputRequest pauses a task to ask its requester a question (the A2A
@@ -52,7 +69,7 @@ type InputRequest struct {
 	Question string
 	// Resume is what the executor needs to go on (a remote agent's task
 	// ID, say): kept durably with the question, never sent to the
-	// requester, and handed back in the next call's last Turn. At most
+	// requester, and handed back in the next call's last Exchange. At most
 	// MaxResume bytes.
 	Resume []byte
 }
@@ -66,7 +83,7 @@ const (
 
 // AskInput is the Result of a handler that needs an answer before it can
 // go on: the task pauses with question, and the handler is called again
-// with the answer in Task.Turns.
+// with the answer in Task.Exchanges.
 func AskInput(question string) Result {
 	return Result{Input: &InputRequest{Question: question}}
 }
@@ -123,12 +140,13 @@ func turnInput(task Task) string {
 	return task.Text
 }
 
-// lastTurn is the turn a continuing call answers, or nil on a first call.
-func lastTurn(task Task) *Turn {
-	if len(task.Turns) == 0 {
+// lastTurn is the exchange a continuing call answers, or nil on a first
+// call.
+func lastTurn(task Task) *Exchange {
+	if len(task.Exchanges) == 0 {
 		return nil
 	}
-	return &task.Turns[len(task.Turns)-1]
+	return &task.Exchanges[len(task.Exchanges)-1]
 }
 
 // Executor runs tasks for one profile. Execute streams partial output

@@ -295,11 +295,11 @@ func TestHandlerFunc(t *testing.T) {
 // MaxResume fails; the next call sees the turn and the remaining budget.
 func TestHandlerAskInput(t *testing.T) {
 	h := HandlerFunc(func(_ context.Context, task Task, _ func(Update)) (Result, error) {
-		if len(task.Turns) == 0 {
+		if len(task.Exchanges) == 0 {
 			r := AskInput(strings.Repeat("?", MaxQuestion+10) + "\xff")
 			return r, nil
 		}
-		return Result{Text: "got " + task.Turns[0].Answer}, nil
+		return Result{Text: "got " + task.Exchanges[0].Answer}, nil
 	})
 	res, err := h.Execute(context.Background(), Task{Text: "t", BudgetTokens: 1 << 20}, nil)
 	if err != nil || res.Input == nil {
@@ -311,7 +311,7 @@ func TestHandlerAskInput(t *testing.T) {
 	if res.Usage.Completion < EstimateTokens(res.Input.Question) {
 		t.Fatalf("usage %+v does not count the question", res.Usage)
 	}
-	res, err = h.Execute(context.Background(), Task{Text: "t", Turns: []Turn{{Question: "q", Answer: "a"}}}, nil)
+	res, err = h.Execute(context.Background(), Task{Text: "t", Exchanges: []Exchange{{Question: "q", Answer: "a"}}}, nil)
 	if err != nil || res.Text != "got a" || res.Input != nil {
 		t.Fatalf("second turn %+v %v", res, err)
 	}

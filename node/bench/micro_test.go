@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/kithmesh/kith/delegation/executor"
 )
 
 // The micro-benchmarks run single phases of `kith bench` under `go test
@@ -75,4 +77,30 @@ func runConcurrent(b *testing.B, conc int, op func(buf []byte) error) {
 			}
 		}
 	})
+}
+
+// BenchmarkLargeDelegation runs one large delegation at a time (task and
+// result each 1 MiB) on the durable store, for profiling the large path.
+func BenchmarkLargeDelegation(b *testing.B) {
+	const size = 1 << 20
+	hp, err := newHostPair(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hp.Close()
+	text := string(payloadText(size))
+	budget := max(executor.EstimateTokens(text), 4096)
+	e, err := startEngines(context.Background(), hp, StoreDurable, b.TempDir(), 2, budget, budget)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	e.activate(hp)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.delegateBudget(context.Background(), text, budget); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

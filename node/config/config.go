@@ -60,6 +60,9 @@ type Config struct {
 	// Policy says which peers may connect and ask ([policy]).
 	Policy Policy `toml:"policy"`
 
+	// Contexts bounds the conversation state this node keeps ([contexts]).
+	Contexts Contexts `toml:"contexts"`
+
 	// GPU says how this node counts its VRAM ([gpu]).
 	GPU GPU `toml:"gpu"`
 
@@ -415,9 +418,10 @@ func Default() Config {
 			MaxConnsPerPeer:      8,
 			MaxMemoryPerPeerMiB:  64,
 		},
-		Policy: Policy{Mode: PolicyOpen, QueryTrust: TrustUntrusted},
-		API:    API{MaxBodyBytes: 1 << 20},
-		GPU:    GPU{HeadroomMiB: 512, ReofferPreempted: true},
+		Policy:   Policy{Mode: PolicyOpen, QueryTrust: TrustUntrusted},
+		Contexts: defaultContexts(),
+		API:      API{MaxBodyBytes: 1 << 20},
+		GPU:      GPU{HeadroomMiB: 512, ReofferPreempted: true},
 		Discovery: Discovery{
 			MDNS:           true,
 			DHT:            DHTAuto,

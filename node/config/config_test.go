@@ -167,7 +167,7 @@ func TestDefaultFileRoundTrips(t *testing.T) {
 func TestDefaultFileShowsEveryKey(t *testing.T) {
 	file := string(DefaultFile(nil))
 	for key, k := range schema {
-		if _, isTable := map[string]bool{"store": true, "limits": true, "policy": true, "gpu": true, "discovery": true, "nat": true, "api": true, "profiles": true}[key]; isTable {
+		if _, isTable := map[string]bool{"store": true, "limits": true, "policy": true, "contexts": true, "gpu": true, "discovery": true, "nat": true, "api": true, "profiles": true}[key]; isTable {
 			if !strings.Contains(file, "["+key+"]") {
 				t.Errorf("default file has no [%s] header", key)
 			}

@@ -107,6 +107,8 @@ func DefaultFile(listen []string) []byte {
 	w.show("query_trust", tomlString(d.Policy.QueryTrust.String()))
 	w.blank()
 
+	w.contexts(d.Contexts)
+
 	w.line("[gpu]")
 	w.comment("VRAM this node offers, in MiB, declared by hand; 0 reads it from NVML (a node")
 	w.comment("without an NVIDIA GPU then refuses profiles that set vram_mib).")

@@ -49,6 +49,7 @@ func (c Config) validate() problems {
 	enumValue(&ps, "store.db_log_level", c.Store.DBLogLevel)
 	c.Limits.validate(&ps)
 	c.Policy.validate(&ps)
+	c.Contexts.validate(&ps)
 	c.Discovery.validate(&ps)
 	c.NAT.validate(&ps)
 	c.API.validate(&ps)

@@ -358,10 +358,10 @@ func TestSubscribeToTask(t *testing.T) {
 
 // askColor asks once, then answers with the answer.
 func askColor(_ context.Context, task executor.Task, _ func(executor.Update)) (executor.Result, error) {
-	if len(task.Turns) == 0 {
+	if len(task.Exchanges) == 0 {
 		return executor.AskInput("which color?"), nil
 	}
-	return executor.Result{Text: "color: " + task.Turns[0].Answer}, nil
+	return executor.Result{Text: "color: " + task.Exchanges[0].Answer}, nil
 }
 
 // TestInputRequiredAnswered: a task that asks is INPUT_REQUIRED with the
