@@ -2,6 +2,8 @@ package delegation
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,9 +84,36 @@ func TestInsufficientVRAMRejected(t *testing.T) {
 			Executor: executor.Echo{}})
 	})
 	d := delegateAndWait(t, nodes[0], Request{Profile: "big", Peer: nodes[1].id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
-	if d.State != protocol.StateRejected || d.Reason[:len("insufficient_vram")] != "insufficient_vram" {
+	if d.State != protocol.StateRejected || !strings.HasPrefix(d.Reason, "insufficient_vram") {
 		t.Fatalf("state %s reason %q, want rejected insufficient_vram", d.State, d.Reason)
 	}
+	// The requester learns the profile's need, not the provider's devices.
+	if !strings.Contains(d.Reason, "6000 MiB") || strings.Contains(d.Reason, "4000") || strings.Contains(d.Reason, "headroom") {
+		t.Fatalf("reason %q: want the profile's 6000 MiB and nothing of the provider's 4000 MiB device", d.Reason)
+	}
+}
+
+// A provider whose NVML fails tells the requester nothing of the driver's
+// error.
+func TestVRAMRefusalHidesInventoryErrors(t *testing.T) {
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Ledger = gpu.NewLedger(failingInventory{}, 0, nil)
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "big", MaxBudgetTokens: 100, VRAMMiB: 6000},
+			Executor: executor.Echo{}})
+	})
+	d := delegateAndWait(t, nodes[0], Request{Profile: "big", Peer: nodes[1].id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
+	if d.State != protocol.StateRejected || !strings.HasPrefix(d.Reason, "insufficient_vram") {
+		t.Fatalf("state %s reason %q, want rejected insufficient_vram", d.State, d.Reason)
+	}
+	if strings.Contains(d.Reason, "libnvidia") || strings.Contains(d.Reason, "driver") {
+		t.Fatalf("reason %q carries the provider's NVML error", d.Reason)
+	}
+}
+
+type failingInventory struct{}
+
+func (failingInventory) Devices() ([]gpu.Device, error) {
+	return nil, errors.New("NVML library libnvidia-ml.so.1 not found; is the NVIDIA driver installed?")
 }
 
 type finderFunc func() []peer.ID

@@ -210,7 +210,15 @@ func (e *providerHalf) lease(p *Profile, id protocol.DelegationID, local bool) (
 	}
 	l, err := e.cfg.Ledger.Grant(gpu.LeaseRequest{Owner: owner, VRAMMiB: p.VRAMMiB, Local: local})
 	if err != nil {
-		return nil, &RejectedError{protocol.ReasonInsufficientVRAM, err.Error()}
+		if local {
+			return nil, &RejectedError{protocol.ReasonInsufficientVRAM, err.Error()}
+		}
+		// The ledger's words name this node's devices, free memory and,
+		// when NVML fails, the driver's error: the log gets them, the
+		// peer the profile's need.
+		e.log.Info("VRAM lease refused", "delegation", id, "profile", p.Name, "err", err)
+		return nil, &RejectedError{protocol.ReasonInsufficientVRAM,
+			fmt.Sprintf("profile %q needs %d MiB of VRAM on one device, which this node cannot lease now", p.Name, p.VRAMMiB)}
 	}
 	return l, nil
 }
