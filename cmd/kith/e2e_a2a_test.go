@@ -139,18 +139,8 @@ func runInterop(t *testing.T, nodeBin string, args ...string) map[string]any {
 func TestA2AInteropJSSDK(t *testing.T) {
 	nodeBin := needInterop(t)
 	a, b := pair(t, a2aProviderConfig)
-	// pair started A without the listener; give A its [api] table and
-	// restart it on the same ports.
-	path := filepath.Join(a.home, "config.toml")
-	cfg, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(mergeConfig(string(cfg), a2aGatewayConfig)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	a.restartSamePorts()
-	token := strings.TrimSpace(a.kith("api", "token").stdout)
+	// pair started A without the listener.
+	token := a.enableGateway(t)
 	if !strings.HasPrefix(token, "kith_") {
 		t.Fatalf("kith api token printed %q", token)
 	}
@@ -450,4 +440,20 @@ min_trust = "untrusted"
 			}
 		})
 	}
+}
+
+// enableGateway gives a node started without the HTTP listener its [api]
+// table, restarts it on the same ports, and returns its API token.
+func (n *testNode) enableGateway(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(n.home, "config.toml")
+	cfg, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(mergeConfig(string(cfg), a2aGatewayConfig)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.restartSamePorts()
+	return strings.TrimSpace(n.kith("api", "token").stdout)
 }

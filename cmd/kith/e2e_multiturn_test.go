@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -76,16 +74,7 @@ min_trust = "untrusted"
 	})
 
 	t.Run("gateway", func(t *testing.T) {
-		path := filepath.Join(a.home, "config.toml")
-		cfg, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(mergeConfig(string(cfg), a2aGatewayConfig)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		a.restartSamePorts()
-		token := strings.TrimSpace(a.kith("api", "token").stdout)
+		token := a.enableGateway(t)
 		base := a.httpBase()
 		waitSkill(t, base, "js-ask")
 		for _, mode := range []string{"v1.0", "legacy"} {
