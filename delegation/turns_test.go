@@ -50,6 +50,18 @@ func askMesh(t *testing.T, h *askHandler, skew *atomic.Int64) []*testNode {
 	})
 }
 
+// askAndWait offers "ask" with task text from req to prov and waits until
+// the provider's question has reached req.
+func askAndWait(t *testing.T, req, prov *testNode, text string) protocol.DelegationID {
+	t.Helper()
+	id, err := req.engine().Delegate(context.Background(), Request{Profile: "ask", Peer: prov.id.PeerID(), Task: textTask(text), BudgetTokens: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, req, id, protocol.StateInputRequired)
+	return id
+}
+
 // waitState waits until the requester's record of id is in state s.
 func waitState(t *testing.T, n *testNode, id protocol.DelegationID, s protocol.State) store.Delegation {
 	t.Helper()
@@ -89,11 +101,7 @@ func TestMultiTurnOverMesh(t *testing.T) {
 	nodes := askMesh(t, h, nil)
 	req, prov := nodes[0], nodes[1]
 	ctx := context.Background()
-	id, err := req.engine().Delegate(ctx, Request{Profile: "ask", Peer: prov.id.PeerID(), Task: textTask("the report"), BudgetTokens: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, req, id, protocol.StateInputRequired)
+	id := askAndWait(t, req, prov, "the report")
 	q := question(t, req, id)
 	if got := partsText(q.Partial); got != "which language for the report?" || q.Turn != 1 {
 		t.Fatalf("question %q turn %d", got, q.Turn)
@@ -210,11 +218,7 @@ func TestReplyRefusals(t *testing.T) {
 	}
 	b.Release()
 
-	id, err := req.engine().Delegate(ctx, Request{Profile: "ask", Peer: prov.id.PeerID(), Task: textTask("r"), BudgetTokens: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, req, id, protocol.StateInputRequired)
+	id := askAndWait(t, req, prov, "r")
 	before, _ := req.st.DelegationInfo(store.RoleRequester, id)
 	if err := req.engine().Reply(ctx, id, protocol.Task{}); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("empty answer: %v", err)
@@ -270,11 +274,7 @@ func TestProviderRefusesBadContinuations(t *testing.T) {
 	})
 	req, prov, mallory := nodes[0], nodes[1], nodes[2]
 	ctx := context.Background()
-	id, err := req.engine().Delegate(ctx, Request{Profile: "ask", Peer: prov.id.PeerID(), Task: textTask("r"), BudgetTokens: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, req, id, protocol.StateInputRequired)
+	id := askAndWait(t, req, prov, "r")
 	before, _ := prov.st.DelegationInfo(store.RoleProvider, id)
 
 	cases := []struct {
@@ -361,11 +361,7 @@ func TestWaitingSurvivesRestarts(t *testing.T) {
 	nodes := askMesh(t, h, nil)
 	req, prov := nodes[0], nodes[1]
 	ctx := context.Background()
-	id, err := req.engine().Delegate(ctx, Request{Profile: "ask", Peer: prov.id.PeerID(), Task: textTask("r"), BudgetTokens: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, req, id, protocol.StateInputRequired)
+	id := askAndWait(t, req, prov, "r")
 
 	prov.crash()
 	prov.start()
@@ -395,11 +391,7 @@ func TestReplyWhileProviderDown(t *testing.T) {
 	nodes := askMesh(t, h, nil)
 	req, prov := nodes[0], nodes[1]
 	ctx := context.Background()
-	id, err := req.engine().Delegate(ctx, Request{Profile: "ask", Peer: prov.id.PeerID(), Task: textTask("r"), BudgetTokens: 500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, req, id, protocol.StateInputRequired)
+	id := askAndWait(t, req, prov, "r")
 	prov.stop()
 	if err := req.engine().Reply(ctx, id, textTask("OCaml")); err != nil {
 		t.Fatalf("reply while the provider is down: %v", err)
