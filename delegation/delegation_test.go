@@ -246,6 +246,56 @@ func TestTamperedProofRejected(t *testing.T) {
 	}
 }
 
+// A result whose output is not the output the provider signed fails, and
+// so does a proof from a 1.3 provider that binds no output; an older
+// provider's proof (no output digest) still passes.
+func TestTamperedOutputRejected(t *testing.T) {
+	nodes := newMesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	b.engine().SetMutateResult(func(r *protocol.DelegationResult) {
+		r.Output = []protocol.Part{protocol.TextPart("forged output")} // usage and all else untouched
+	})
+	d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("real output"), BudgetTokens: 100})
+	if d.State != protocol.StateFailed || !strings.HasPrefix(d.Reason, ReasonProofInvalid) || !strings.Contains(d.Reason, "output") {
+		t.Fatalf("state %s reason %q, want failed proof_invalid (output)", d.State, d.Reason)
+	}
+}
+
+func TestMatchOutput(t *testing.T) {
+	out := []protocol.Part{protocol.TextPart("the answer")}
+	m := &protocol.DelegationResult{Output: out}
+	offer := func(multiTurn bool) []byte {
+		b, err := protocol.EncodeMessage(&protocol.DelegationOffer{ID: protocol.NewDelegationID(), Profile: "echo",
+			Task: textTask("x"), BudgetTokens: 10, Timeout: time.Minute, HopLimit: 1, MultiTurn: multiTurn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	signed := protocol.ResultProof{OutputSHA256: protocol.OutputDigest(out)}
+	cases := []struct {
+		name  string
+		p     protocol.ResultProof
+		d     store.Delegation
+		moved bool
+		ok    bool
+	}{
+		{"digest matches", signed, store.Delegation{Remote: true, Offer: offer(true)}, false, true},
+		{"digest of other output", protocol.ResultProof{OutputSHA256: protocol.OutputDigest([]protocol.Part{protocol.TextPart("the answer ")})},
+			store.Delegation{Remote: true, Offer: offer(false)}, false, false},
+		{"no digest from a 1.2 provider", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(false)}, false, true},
+		{"no digest from a 1.3 provider", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(true)}, false, false},
+		{"no digest after a re-offer", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(true)}, true, true},
+		{"no digest from this node", protocol.ResultProof{}, store.Delegation{Offer: offer(false)}, false, false},
+	}
+	for _, c := range cases {
+		err := matchOutput(c.p, c.d, m, c.moved)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrProofInvalid)) {
+			t.Errorf("%s: %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+}
+
 func TestReattachAfterDroppedStream(t *testing.T) {
 	block := newBlocking()
 	t.Cleanup(block.Release)

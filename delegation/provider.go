@@ -765,6 +765,7 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
 		OfferSHA256: f.offerHash, TranscriptSHA256: transcriptHash(events),
 		Usage: usage, CompletedAt: now, State: state, Turns: proofTurns(events),
+		OutputSHA256: protocol.OutputDigest(out),
 	})
 	if err != nil {
 		e.log.Error("sign result proof", "delegation", id, "err", err)

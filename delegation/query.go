@@ -90,7 +90,7 @@ func (e *core) Verify(id protocol.DelegationID) (protocol.ResultProof, error) {
 		return p, err
 	}
 	d.Peer = signer
-	return p, matchProof(p, d, e.id.PeerID(), r, events)
+	return p, matchProof(p, d, e.id.PeerID(), r, events, reoffered(events))
 }
 
 // Node is one delegation in a tree.

@@ -381,6 +381,7 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 	}
 	r := &providerReader{e: e, d: d, statuses: rate.NewLimiter(statusRate, statusBurst)}
 	r.events = slices.Clone(currentAttempt(all))
+	r.moved = reoffered(all)
 	for _, ev := range r.events {
 		switch ev.Type {
 		case EventAccepted:
@@ -617,6 +618,8 @@ type providerReader struct {
 	// result's transcript must match, kept so that checking it reads
 	// nothing back.
 	events []store.Event
+	// moved: the current attempt follows a re-offer (see matchOutput).
+	moved bool
 	// turnSent: a continuation went out on this stream, so a reject is the
 	// provider refusing it, not a protocol violation.
 	turnSent bool
@@ -706,7 +709,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
-		e.acceptResult(d, m, raw, r.buf.take(), r.transcript())
+		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved)
 		return outcomeDone, nil, true
 	}
 	return 0, nil, false
@@ -832,13 +835,13 @@ func (r *providerReader) violation(reason, detail string) outcome {
 // it is too large to keep) but the delegation ends failed with the reason.
 //
 // transcript is the attempt's log, before included.
-func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event) {
+func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event, moved bool) {
 	state, reason := m.State, m.Reason
 	keep := raw
 	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
 		state, keep = protocol.StateFailed, nil
 		reason = fmt.Sprintf("%s: result of %d bytes, at most %d for a budget of %d tokens", ReasonOutputViolation, n, limit, d.BudgetTokens)
-	} else if err := e.checkProof(d, m, transcript); err != nil {
+	} else if err := e.checkProof(d, m, transcript, moved); err != nil {
 		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
 	} else if m.Usage.Completion > d.BudgetTokens {
 		state = protocol.StateFailed
@@ -865,15 +868,15 @@ func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationR
 // checkProof verifies a result's proof against what this node sent and
 // received: the provider's signature, the offer hash and the transcript
 // (the current attempt's log).
-func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event) error {
+func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event, moved bool) error {
 	p, err := protocol.VerifyResultProof(d.Peer, m.Proof)
 	if err != nil {
 		return err
 	}
-	return matchProof(p, d, e.id.PeerID(), m, transcript)
+	return matchProof(p, d, e.id.PeerID(), m, transcript, moved)
 }
 
-func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m *protocol.DelegationResult, events []store.Event) error {
+func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m *protocol.DelegationResult, events []store.Event, moved bool) error {
 	switch {
 	case p.DelegationID != d.ID:
 		return fmt.Errorf("%w: proof names delegation %s", ErrProofInvalid, p.DelegationID)
@@ -892,7 +895,43 @@ func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m
 	case p.Turns != proofTurns(events):
 		return fmt.Errorf("%w: proof covers %d turns, this node logged %d", ErrProofInvalid, max(p.Turns, 1), max(proofTurns(events), 1))
 	}
+	return matchOutput(p, d, m, moved)
+}
+
+// matchOutput checks that the proof binds the result's output. A provider
+// known to speak 1.3 must sign its digest: this node itself, or the
+// provider this node offered the task multi_turn (which it does only for
+// one that advertises 1.3). An older provider signs none, and its output is
+// covered only as far as it streamed it (the transcript); so is the output
+// of a provider that took the task over after a preemption (the same offer
+// goes out again, and that provider may be older).
+func matchOutput(p protocol.ResultProof, d store.Delegation, m *protocol.DelegationResult, moved bool) error {
+	if p.OutputSHA256 == ([32]byte{}) {
+		if d.Remote && (!offeredMultiTurn(d.Offer) || moved) {
+			return nil
+		}
+		return fmt.Errorf("%w: the proof binds no output (a provider speaking %s must)", ErrProofInvalid, protocol.MultiTurn)
+	}
+	if p.OutputSHA256 != protocol.OutputDigest(m.Output) {
+		return fmt.Errorf("%w: output differs from the output the provider signed", ErrProofInvalid)
+	}
 	return nil
+}
+
+// reoffered reports whether the log's current attempt follows a re-offer.
+func reoffered(events []store.Event) bool {
+	return slices.ContainsFunc(events, func(ev store.Event) bool { return ev.Type == EventReoffer })
+}
+
+// offeredMultiTurn reports whether the stored offer was marked multi_turn,
+// which this node does only for a provider that speaks 1.3.
+func offeredMultiTurn(raw []byte) bool {
+	m, err := protocol.DecodeMessage(raw)
+	if err != nil {
+		return false
+	}
+	o, ok := m.(*protocol.DelegationOffer)
+	return ok && o.MultiTurn
 }
 
 // Cancel ends a delegation this node requested. A remote provider is told

@@ -193,6 +193,7 @@ func TestDecodeResultProofRejects(t *testing.T) {
 		{"provider garbage", func(p *pb.ResultProof) { p.Provider = []byte("x") }, nil, "provider"},
 		{"offer digest short", func(p *pb.ResultProof) { p.OfferSha256 = p.OfferSha256[:31] }, nil, "offer_sha256"},
 		{"transcript digest missing", func(p *pb.ResultProof) { p.TranscriptSha256 = nil }, nil, "transcript_sha256"},
+		{"output digest long", func(p *pb.ResultProof) { p.OutputSha256 = make([]byte, 33) }, nil, "output_sha256"},
 		{"not terminal", func(p *pb.ResultProof) { p.State = pb.State_STATE_ACCEPTED }, nil, "state"},
 		{"unknown state", func(p *pb.ResultProof) { p.State = 40 }, ErrUnknownEnum, "state"},
 		{"no completion time", func(p *pb.ResultProof) { p.CompletedAtUnixMs = 0 }, nil, "completed_at_unix_ms"},

@@ -223,4 +223,7 @@
 //	                                  reasons not_waiting (12),
 //	                                  turn_out_of_order (13),
 //	                                  unknown_delegation (14).
+//	                                  ResultProof output_sha256 (10): a
+//	                                  1.3 provider's proof binds the
+//	                                  result's output (OutputDigest).
 package protocol

@@ -58,11 +58,12 @@ func TestGoldenMultiTurn(t *testing.T) {
 	t.Run("result_proof_turns", func(t *testing.T) {
 		p := fixtureResultProof(t)
 		p.Turns = 3
+		p.OutputSHA256 = OutputDigest([]Part{TextPart("the answer after three turns")}) // every 1.3 proof binds its output
 		b, err := EncodeResultProof(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkGolden(t, "result_proof_turns", "EncodeResultProof of the fixture, three turns (protocol 1.3)", b)
+		checkGolden(t, "result_proof_turns", "EncodeResultProof of the fixture, three turns and the output digest (protocol 1.3)", b)
 		got, err := DecodeResultProof(readGolden(t, "result_proof_turns"))
 		if err != nil {
 			t.Fatal(err)
@@ -170,4 +171,32 @@ func FuzzDecodeDelegationContinue(f *testing.F) {
 		}
 		checkRoundTrip(t, m)
 	})
+}
+
+// OutputDigest frames every part, so outputs that concatenate to the same
+// bytes, or hold the same bytes in another kind of part, differ.
+func TestOutputDigestFraming(t *testing.T) {
+	outputs := [][]Part{
+		nil,
+		{TextPart("")},
+		{TextPart("abc")},
+		{TextPart("ab"), TextPart("c")},
+		{TextPart("a"), TextPart("bc")},
+		{DataPart([]byte("abc"))},
+		{FilePart(File{Name: "abc"})},
+		{FilePart(File{MediaType: "abc"})},
+		{FilePart(File{Bytes: []byte("abc")})},
+		{FilePart(File{URI: "abc"})},
+	}
+	seen := map[[32]byte]int{}
+	for i, o := range outputs {
+		d := OutputDigest(o)
+		if j, dup := seen[d]; dup {
+			t.Errorf("outputs %d and %d have the same digest", j, i)
+		}
+		seen[d] = i
+		if OutputDigest(o) != d {
+			t.Errorf("output %d: digest not deterministic", i)
+		}
+	}
 }

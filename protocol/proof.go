@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -25,6 +27,10 @@ type ResultProof struct {
 	// Turns (1.3) is how many turns a multi-turn delegation took; 0 for
 	// one that took one. The transcript then covers every continuation.
 	Turns uint32
+	// OutputSHA256 (1.3) is OutputDigest of the result's output; zero
+	// from a provider that speaks no 1.3, whose proofs bind only the
+	// output it streamed (in the transcript).
+	OutputSHA256 [32]byte
 }
 
 func (p *ResultProof) check() error {
@@ -66,6 +72,7 @@ func (p *ResultProof) toWire() (*pb.ResultProof, error) {
 		CompletedAtUnixMs: timeToWire(p.CompletedAt),
 		State:             stateToWire(p.State),
 		Turns:             p.Turns,
+		OutputSha256:      optionalDigest(p.OutputSHA256),
 	}, nil
 }
 
@@ -94,6 +101,12 @@ func resultProofFromWire(w *pb.ResultProof) (*ResultProof, error) {
 	if err != nil {
 		return nil, err
 	}
+	var output [32]byte
+	if b := w.GetOutputSha256(); len(b) > 0 {
+		if output, err = digestFromWire("output_sha256", b); err != nil {
+			return nil, err
+		}
+	}
 	p := &ResultProof{
 		DelegationID:     id,
 		Requester:        requester,
@@ -104,8 +117,48 @@ func resultProofFromWire(w *pb.ResultProof) (*ResultProof, error) {
 		CompletedAt:      timeFromWire(w.GetCompletedAtUnixMs()),
 		State:            state,
 		Turns:            w.GetTurns(),
+		OutputSHA256:     output,
 	}
 	return p, p.check()
+}
+
+// optionalDigest is d on the wire, or nothing for the zero digest.
+func optionalDigest(d [32]byte) []byte {
+	if d == ([32]byte{}) {
+		return nil
+	}
+	return d[:]
+}
+
+// OutputDigest is what a 1.3 result proof signs of a result's output:
+// SHA-256 over every part in order, each framed as its kind and then its
+// fields, every field length-prefixed (uvarint), so that no two different
+// outputs frame the same. It is computed from the parts, not from their
+// encoding, so both sides reach it from what they hold.
+func OutputDigest(parts []Part) [32]byte {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	field := func(b []byte) {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
+		h.Write(b)
+	}
+	for _, p := range parts {
+		h.Write([]byte{byte(p.Kind)})
+		switch p.Kind {
+		case PartText:
+			field([]byte(p.Text))
+		case PartData:
+			field(p.Data)
+		case PartFile:
+			field([]byte(p.File.Name))
+			field([]byte(p.File.MediaType))
+			field(p.File.Bytes)
+			field([]byte(p.File.URI))
+		}
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
 }
 
 func digestFromWire(name string, b []byte) ([32]byte, error) {

@@ -1942,7 +1942,12 @@ type ResultProof struct {
 	// more than one. transcript_sha256 then covers each continuation's
 	// plaintext too, in the order the provider logged it (after the
 	// input_required status it answers).
-	Turns         uint32 `protobuf:"varint,9,opt,name=turns,proto3" json:"turns,omitempty"`
+	Turns uint32 `protobuf:"varint,9,opt,name=turns,proto3" json:"turns,omitempty"`
+	// output_sha256 (1.3) binds the result's output to the proof: SHA-256 of
+	// the output parts as protocol.OutputDigest frames them. A provider that
+	// speaks 1.3 always sets it; absent (older providers), the output is
+	// covered only where it was streamed in statuses (the transcript).
+	OutputSha256  []byte `protobuf:"bytes,10,opt,name=output_sha256,json=outputSha256,proto3" json:"output_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2038,6 +2043,13 @@ func (x *ResultProof) GetTurns() uint32 {
 		return x.Turns
 	}
 	return 0
+}
+
+func (x *ResultProof) GetOutputSha256() []byte {
+	if x != nil {
+		return x.OutputSha256
+	}
+	return nil
 }
 
 // Chunk (1.1) is a piece of one encoded Message that is larger than a
@@ -2284,7 +2296,7 @@ const file_kith_proto_rawDesc = "" +
 	"\n" +
 	"completion\x18\x02 \x01(\x04R\n" +
 	"completion\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\x04R\x05total\"\xcf\x02\n" +
+	"\x05total\x18\x03 \x01(\x04R\x05total\"\xf4\x02\n" +
 	"\vResultProof\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\fR\trequester\x12\x1a\n" +
@@ -2294,7 +2306,9 @@ const file_kith_proto_rawDesc = "" +
 	"\x05usage\x18\x06 \x01(\v2\x0e.kith.v1.UsageR\x05usage\x12/\n" +
 	"\x14completed_at_unix_ms\x18\a \x01(\x03R\x11completedAtUnixMs\x12$\n" +
 	"\x05state\x18\b \x01(\x0e2\x0e.kith.v1.StateR\x05state\x12\x14\n" +
-	"\x05turns\x18\t \x01(\rR\x05turns\":\n" +
+	"\x05turns\x18\t \x01(\rR\x05turns\x12#\n" +
+	"\routput_sha256\x18\n" +
+	" \x01(\fR\foutputSha256\":\n" +
 	"\x05Chunk\x12\x1d\n" +
 	"\n" +
 	"total_size\x18\x01 \x01(\x04R\ttotalSize\x12\x12\n" +
