@@ -523,9 +523,13 @@ func (e *providerHalf) cancelTask(remote peer.ID, id protocol.DelegationID, reas
 // instead of one per token.
 const flushInterval = 100 * time.Millisecond
 
-// providerFlushBytes is the most output one status carries: a fast
-// executor's output goes out in pieces of this size.
-const providerFlushBytes = 256 << 10
+// providerFlushBytes is the most output one status carries. Output is
+// streamed every flushInterval; this bound only caps one status of a fast
+// executor. It is large on purpose: output that a task produces within
+// one interval goes out once, in its result, rather than in statuses and
+// then again in the result (a 1 MiB echo was sent, stored and hashed
+// twice on each side).
+const providerFlushBytes = 8 << 20
 
 func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	// The slot and the lease go back as soon as the executor returns: a

@@ -581,11 +581,13 @@ func (b *eventBuffer) take() []store.Event {
 
 // Status frames a requester takes from a provider: a sustained rate and a
 // burst that covers a large output sent as fast as the network allows
-// (MaxPayload in statuses of providerFlushBytes). Past it the delegation
-// ends output_violation.
+// (MaxPayload in statuses of statusPieceBytes, the piece size of providers
+// before this one, which still send it so). Past it the delegation ends
+// output_violation.
 const (
-	statusRate  = 50
-	statusBurst = 64 + protocol.MaxPayload/providerFlushBytes
+	statusRate       = 50
+	statusPieceBytes = 256 << 10
+	statusBurst      = 64 + protocol.MaxPayload/statusPieceBytes
 )
 
 // outputCap is the most output, in bytes of part content, a provider may
