@@ -40,7 +40,9 @@ func TestRequesterPullsProviderPastPushLimit(t *testing.T) {
 		}
 	}
 	provider := func(c *config.Config) {
-		c.Profiles = append(c.Profiles, config.Profile{Name: profile, Executor: config.ExecutorEcho})
+		// profile alone: an advert that also listed echo, which the
+		// requester serves, would reach it on echo's topic.
+		c.Profiles = []config.Profile{{Name: profile, Executor: config.ExecutorEcho}}
 		c.Discovery.DHT = config.DHTServer
 		c.Discovery.AdvertInterval = config.Duration(time.Second)
 		c.Discovery.LoadInterval = config.Duration(time.Second)
