@@ -33,7 +33,7 @@ import (
 // The scale harness (docs/scale.md). It is opt-in: KITH_SCALE_N nodes.
 //
 //	KITH_SCALE_N=300 go test -run TestScale -v -timeout 30m ./discovery
-//	KITH_SCALE_N=1000 KITH_SCALE_LATENCY=20ms go test -run TestScale -v -timeout 60m ./discovery
+//	KITH_SCALE_N=1000 KITH_SCALE_SPEED=2 KITH_SCALE_LATENCY=20ms go test -run TestScale -v -timeout 75m ./discovery
 //
 // KITH_SCALE_SPEED (default 5) runs every interval of both designs that
 // many times faster (gossipsub's heartbeat with them), and rates are
@@ -41,6 +41,8 @@ import (
 // KITH_SCALE_LEGACY_PUBLISHERS (default 100) is how many nodes publish in
 // today's design; its per-node figures are extrapolated to all N, which is
 // linear in the publishers, as every node hears every advert.
+// KITH_SCALE_DHT_SPEED (default 2) and KITH_SCALE_DHT_LEGACY_PUBLISHERS
+// (default 20) are the same for the phases on the DHT's connections.
 
 // scaleEnv reads the harness's settings.
 type scaleEnv struct {
