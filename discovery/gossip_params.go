@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,6 +100,12 @@ func (f *subscriptionFilter) FilterIncomingSubscriptions(from peer.ID, subs []*p
 		return nil, nil
 	}
 	subs = pubsub.FilterSubscriptions(subs, validTopic)
+	// FilterSubscriptions returns them in map order: count the
+	// unsubscriptions first, so that a peer at the cap that leaves one topic
+	// and joins another in one RPC is not refused the new one.
+	slices.SortStableFunc(subs, func(a, b *pb.RPC_SubOpts) int {
+		return cmp.Compare(btoi(a.GetSubscribe()), btoi(b.GetSubscribe()))
+	})
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	mine := f.topics[from]
@@ -119,4 +127,11 @@ func (f *subscriptionFilter) FilterIncomingSubscriptions(from peer.ID, subs []*p
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,10 +1,13 @@
 package discovery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"slices"
 	"strconv"
@@ -30,7 +33,7 @@ import (
 // The scale harness (docs/scale.md). It is opt-in: KITH_SCALE_N nodes.
 //
 //	KITH_SCALE_N=300 go test -run TestScale -v -timeout 30m ./discovery
-//	KITH_SCALE_N=1000 KITH_SCALE_LATENCY=20ms go test -run TestScale -v -timeout 60m ./discovery
+//	KITH_SCALE_N=1000 KITH_SCALE_SPEED=2 KITH_SCALE_LATENCY=20ms go test -run TestScale -v -timeout 75m ./discovery
 //
 // KITH_SCALE_SPEED (default 5) runs every interval of both designs that
 // many times faster (gossipsub's heartbeat with them), and rates are
@@ -38,6 +41,8 @@ import (
 // KITH_SCALE_LEGACY_PUBLISHERS (default 100) is how many nodes publish in
 // today's design; its per-node figures are extrapolated to all N, which is
 // linear in the publishers, as every node hears every advert.
+// KITH_SCALE_DHT_SPEED (default 2) and KITH_SCALE_DHT_LEGACY_PUBLISHERS
+// (default 20) are the same for the phases on the DHT's connections.
 
 // scaleEnv reads the harness's settings.
 type scaleEnv struct {
@@ -47,7 +52,14 @@ type scaleEnv struct {
 	legacyPubs int
 	window     time.Duration // wall time measured per phase
 	seed       uint64
-	dht        bool // also measure on the DHT's connections (KITH_SCALE_GRAPHS)
+	sparse     bool // measure on the graph of introductions (KITH_SCALE_GRAPHS)
+	dht        bool // measure on the DHT's connections (KITH_SCALE_GRAPHS)
+	// The DHT's connections carry ten times the sparse graph's peers, and
+	// today's design on them costs each node what every publisher costs
+	// it: they run at their own speed, with their own publishers
+	// (docs/scale.md, "The harness").
+	dhtSpeed      float64
+	dhtLegacyPubs int
 }
 
 func readScaleEnv(t *testing.T) scaleEnv {
@@ -55,7 +67,7 @@ func readScaleEnv(t *testing.T) scaleEnv {
 	if !ok {
 		t.Skip("scale harness off: set KITH_SCALE_N, e.g. KITH_SCALE_N=300 go test -run TestScale -v -timeout 30m ./discovery (KITH_SCALE_LATENCY=20ms adds link latency; docs/scale.md)")
 	}
-	e := scaleEnv{speed: 5, legacyPubs: 100, seed: 14}
+	e := scaleEnv{speed: 5, legacyPubs: 100, seed: 14, dhtSpeed: 2, dhtLegacyPubs: 20}
 	var err error
 	if e.n, err = strconv.Atoi(s); err != nil || e.n < 50 {
 		t.Fatalf("KITH_SCALE_N=%q: want a number of nodes, at least 50", s)
@@ -65,29 +77,51 @@ func readScaleEnv(t *testing.T) scaleEnv {
 			t.Fatalf("KITH_SCALE_LATENCY: %v", err)
 		}
 	}
-	if s := os.Getenv("KITH_SCALE_SPEED"); s != "" {
-		if e.speed, err = strconv.ParseFloat(s, 64); err != nil || e.speed < 1 {
-			t.Fatalf("KITH_SCALE_SPEED=%q: want a factor of at least 1", s)
+	speed := func(name string, v *float64) {
+		if s := os.Getenv(name); s != "" {
+			if *v, err = strconv.ParseFloat(s, 64); err != nil || *v < 1 {
+				t.Fatalf("%s=%q: want a factor of at least 1", name, s)
+			}
 		}
 	}
-	if s := os.Getenv("KITH_SCALE_LEGACY_PUBLISHERS"); s != "" {
-		if e.legacyPubs, err = strconv.Atoi(s); err != nil || e.legacyPubs < 1 {
-			t.Fatalf("KITH_SCALE_LEGACY_PUBLISHERS=%q", s)
+	speed("KITH_SCALE_SPEED", &e.speed)
+	speed("KITH_SCALE_DHT_SPEED", &e.dhtSpeed)
+	pubs := func(name string, v *int) {
+		if s := os.Getenv(name); s != "" {
+			if *v, err = strconv.Atoi(s); err != nil || *v < 1 {
+				t.Fatalf("%s=%q: want a number of nodes, at least 1", name, s)
+			}
 		}
+		*v = min(*v, e.n)
 	}
-	e.legacyPubs = min(e.legacyPubs, e.n)
+	pubs("KITH_SCALE_LEGACY_PUBLISHERS", &e.legacyPubs)
+	pubs("KITH_SCALE_DHT_LEGACY_PUBLISHERS", &e.dhtLegacyPubs)
 	// KITH_SCALE_GRAPHS: "sparse" measures the graph of introductions
-	// only; "sparse,dht" (the default) adds the DHT's connections, which
-	// costs far more: hundreds of connections per node.
-	switch g := os.Getenv("KITH_SCALE_GRAPHS"); g {
-	case "", "sparse,dht", "dht,sparse":
-		e.dht = true
-	case "sparse":
-	default:
-		t.Fatalf("KITH_SCALE_GRAPHS=%q: want sparse or sparse,dht", g)
+	// only, "dht" the DHT's connections only (hundreds per node), and
+	// "sparse,dht" (the default) both, one after the other.
+	for g := range strings.SplitSeq(cmp.Or(os.Getenv("KITH_SCALE_GRAPHS"), "sparse,dht"), ",") {
+		switch g {
+		case "sparse":
+			e.sparse = true
+		case "dht":
+			e.dht = true
+		default:
+			t.Fatalf("KITH_SCALE_GRAPHS=%q: want sparse, dht or sparse,dht", os.Getenv("KITH_SCALE_GRAPHS"))
+		}
 	}
 	return e
 }
+
+// onDHT is the environment of the phases on the DHT's connections.
+func (e scaleEnv) onDHT() scaleEnv {
+	e.speed, e.legacyPubs = e.dhtSpeed, e.dhtLegacyPubs
+	e.window = phaseWindow(e)
+	return e
+}
+
+// phaseWindow is the wall time a phase measures: one full refresh of the
+// new design.
+func phaseWindow(e scaleEnv) time.Duration { return max(e.scaled(DefaultRefresh), 5*time.Second) }
 
 // scaled is a real interval in the harness's time.
 func (e scaleEnv) scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / e.speed) }
@@ -133,9 +167,11 @@ func (s *scaleSource) Capacity() kproto.Capacity {
 
 func (s *scaleSource) ProfileNames() []string { return []string{s.profile} }
 
-// scaleTracer counts one node's gossipsub traffic.
+// scaleTracer counts one node's gossipsub traffic, and the adverts of
+// other nodes delivered to it (the first copy of each, once validated).
 type scaleTracer struct {
-	sentBytes, ctrlBytes, recvBytes, sentMsgs, recvMsgs atomic.Int64
+	self                                                           peer.ID
+	sentBytes, ctrlBytes, recvBytes, sentMsgs, recvMsgs, delivered atomic.Int64
 }
 
 func (c *scaleTracer) SendRPC(rpc *pubsub.RPC, _ peer.ID) {
@@ -149,21 +185,25 @@ func (c *scaleTracer) RecvRPC(rpc *pubsub.RPC) {
 	c.recvBytes.Add(int64(rpc.Size()))
 	c.recvMsgs.Add(int64(len(rpc.Publish)))
 }
-func (*scaleTracer) AddPeer(peer.ID, protocol.ID)          {}
-func (*scaleTracer) RemovePeer(peer.ID)                    {}
-func (*scaleTracer) Join(string)                           {}
-func (*scaleTracer) Leave(string)                          {}
-func (*scaleTracer) Graft(peer.ID, string)                 {}
-func (*scaleTracer) Prune(peer.ID, string)                 {}
-func (*scaleTracer) ValidateMessage(*pubsub.Message)       {}
-func (*scaleTracer) DeliverMessage(*pubsub.Message)        {}
+func (*scaleTracer) AddPeer(peer.ID, protocol.ID)    {}
+func (*scaleTracer) RemovePeer(peer.ID)              {}
+func (*scaleTracer) Join(string)                     {}
+func (*scaleTracer) Leave(string)                    {}
+func (*scaleTracer) Graft(peer.ID, string)           {}
+func (*scaleTracer) Prune(peer.ID, string)           {}
+func (*scaleTracer) ValidateMessage(*pubsub.Message) {}
+func (c *scaleTracer) DeliverMessage(m *pubsub.Message) {
+	if m.GetFrom() != c.self {
+		c.delivered.Add(1)
+	}
+}
 func (*scaleTracer) RejectMessage(*pubsub.Message, string) {}
 func (*scaleTracer) DuplicateMessage(*pubsub.Message)      {}
 func (*scaleTracer) ThrottlePeer(peer.ID)                  {}
 func (*scaleTracer) DropRPC(*pubsub.RPC, peer.ID)          {}
 func (*scaleTracer) UndeliverableMessage(*pubsub.Message)  {}
-func (c *scaleTracer) totals() (sent, ctrl, recv, msgs int64) {
-	return c.sentBytes.Load(), c.ctrlBytes.Load(), c.recvBytes.Load(), c.sentMsgs.Load()
+func (c *scaleTracer) totals() (sent, ctrl, delivered, msgs int64) {
+	return c.sentBytes.Load(), c.ctrlBytes.Load(), c.delivered.Load(), c.sentMsgs.Load()
 }
 
 // scaleMesh is the harness's network: N mocknet hosts, the introduction
@@ -178,6 +218,7 @@ type scaleMesh struct {
 	serves  []string // profile node i serves
 	wants   []string // profile node i requests
 	servers map[string][]int
+	byID    map[peer.ID]int // index's
 }
 
 func newScaleMesh(t *testing.T, env scaleEnv, rng *rand.Rand) *scaleMesh {
@@ -248,10 +289,11 @@ func (m *scaleMesh) startDHT(t *testing.T) {
 			}
 		}
 	}
-	m.nudge(t, kadProtocol)
-	// Sixteen at a time, in the order the nodes were introduced.
+	m.nudge(t, kadProtocol, nil, nil)
+	// 48 at a time (each mostly waits on its peers), in the order the
+	// nodes were introduced.
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, 48)
 	errs := make([]error, len(m.hosts))
 	for i := 1; i < len(m.hosts); i++ {
 		sem <- struct{}{}
@@ -278,6 +320,28 @@ func (m *scaleMesh) startDHT(t *testing.T) {
 		if err != nil {
 			t.Fatalf("node %d bootstrapping from node %d: %v", i, m.parent[i], err)
 		}
+	}
+}
+
+// provideAll has every node put a provider record of the profile it
+// serves on the DHT, as a node's DHT.Run does as soon as its routing table
+// holds a peer: rendezvous and the pull path look providers up there.
+func (m *scaleMesh) provideAll(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	errs := make([]error, len(m.hosts))
+	for i := range m.hosts {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = m.dhts[i].Advertise(ctx, []string{m.serves[i]})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -317,8 +381,19 @@ type scaleRow struct {
 	conns                        float64
 	sentBps, ctrlShare, msgsPerS float64 // per node, per real second
 	cpuMsPerS                    float64 // per node, per real second
+	deliveredPerS                float64 // adverts delivered per node, per real second
 	extrapolated                 bool
 	advertBytes                  int
+	load                         string // the load average at the end of the window
+}
+
+// perDelivery is a per-node rate divided by the adverts delivered per
+// node: what each delivery costs.
+func (r scaleRow) perDelivery(rate float64) float64 {
+	if r.deliveredPerS == 0 {
+		return 0
+	}
+	return rate / r.deliveredPerS
 }
 
 // gossipPhase runs one design on the mesh as it is connected now,
@@ -357,7 +432,7 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 	frng := rand.New(rand.NewPCG(env.seed, 99))
 	phaseID := protocol.ID(fmt.Sprintf("/kith/scale/%s-%s/meshsub/1.2.0", designName(ph.legacy), ph.graph))
 	for i, h := range m.hosts {
-		tracers[i] = &scaleTracer{}
+		tracers[i] = &scaleTracer{self: h.ID()}
 		g, err := NewGossip(ctx, h, GossipConfig{
 			Legacy: ph.legacy, Tracer: tracers[i], Heartbeat: env.scaled(time.Second), MinGap: env.scaled(DefaultMinGap),
 			WantFor: env.scaled(DefaultWantFor), FindPeers: m.findPeers(i, frng, &fmu),
@@ -412,43 +487,62 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 		}
 		return false
 	}
-	var lastNudge time.Time
-	for !func() bool {
+	var (
+		lastNudge  = time.Now()
+		lastReport = time.Now()
+		lagging    []int
+		nudged     int
+	)
+	for {
+		lagging = lagging[:0:0]
 		for i := range gs {
 			if !knows(i) {
-				return false
+				lagging = append(lagging, i)
 			}
 		}
-		return true
-	}() {
-		if time.Since(lastNudge) > 2*time.Second {
-			m.nudge(t, phaseID)
+		if len(lagging) == 0 {
+			break
+		}
+		if time.Since(lastNudge) > 2*time.Second && (len(lagging) <= len(gs)/20 || time.Since(start) > 30*time.Second) {
+			// Only for stragglers (early on, most nodes wait only for
+			// the first adverts), a few a round, in turn: each costs
+			// look-ups in busy gossipsub event loops, and the events
+			// cost every node's gossipsub and kad-dht.
+			k := nudged % len(lagging)
+			m.nudge(t, phaseID, gs, lagging[k:min(k+16, len(lagging))])
+			nudged += 16
 			lastNudge = time.Now()
+		}
+		if time.Since(lastReport) > 15*time.Second {
+			t.Logf("%s/%s: %d of %d requesters know no provider yet, %v after start; load average %s", designName(ph.legacy), ph.graph, len(lagging), len(gs), time.Since(start).Round(time.Second), loadAvg())
+			lastReport = time.Now()
 		}
 		if time.Since(start) > bound {
 			var lost []string
-			for i, g := range gs {
-				if !knows(i) {
-					// How many of the peers it is connected to know that it
-					// subscribes: gossipsub sends nothing to a peer it
-					// does not know to be on the topic.
-					known := 0
-					for _, p := range m.hosts[i].Network().Peers() {
-						if j := slices.IndexFunc(m.hosts, func(h host.Host) bool { return h.ID() == p }); j >= 0 {
-							for _, name := range gs[j].Topics() {
-								if slices.Contains(g.Topics(), name) && slices.Contains(gs[j].topicPeers(name), m.hosts[i].ID()) {
-									known++
-									break
-								}
+			// Ten are enough to tell a harness artefact from a fault:
+			// asking gossipsub about hundreds of peers each, on a loaded
+			// machine, takes longer than the run.
+			for _, i := range lagging[:min(len(lagging), 10)] {
+				g := gs[i]
+				// How many of the peers it is connected to know that it
+				// subscribes: gossipsub sends nothing to a peer it does
+				// not know to be on the topic.
+				known := 0
+				for _, p := range m.hosts[i].Network().Peers() {
+					if j := m.index(p); j >= 0 {
+						for _, name := range gs[j].Topics() {
+							if slices.Contains(g.Topics(), name) && slices.Contains(gs[j].topicPeers(name), m.hosts[i].ID()) {
+								known++
+								break
 							}
 						}
 					}
-					lost = append(lost, fmt.Sprintf("%d (topics %d, topic peers %d, known by %d, adverts %d, conns %d)", i, len(g.Topics()), g.TopicPeers(), known, len(g.Adverts()), len(m.hosts[i].Network().Peers())))
 				}
+				lost = append(lost, fmt.Sprintf("%d (topics %d, topic peers %d, known by %d, adverts %d, conns %d)", i, len(g.Topics()), g.TopicPeers(), known, len(g.Adverts()), len(m.hosts[i].Network().Peers())))
 			}
-			t.Fatalf("%s/%s: %d requesters know no provider after %v: %s", designName(ph.legacy), ph.graph, len(lost), bound, strings.Join(lost[:min(len(lost), 10)], ", "))
+			t.Fatalf("%s/%s: %d requesters know no provider after %v: %s", designName(ph.legacy), ph.graph, len(lagging), bound, strings.Join(lost, ", "))
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("%s/%s: every requester knows a provider %v after start", designName(ph.legacy), ph.graph, time.Since(start).Round(time.Millisecond))
 
@@ -482,11 +576,13 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 	time.Sleep(env.window)
 	real := time.Since(wstart).Seconds() * env.speed
 	cpu := cpuTime() - cpu0
-	var sent, ctrl, msgs int64
+	load := loadAvg()
+	var sent, ctrl, delivered, msgs int64
 	for i, tr := range tracers {
-		s, c, _, n := tr.totals()
+		s, c, d, n := tr.totals()
 		sent += s - before[i][0]
 		ctrl += c - before[i][1]
+		delivered += d - before[i][2]
 		msgs += n - before[i][3]
 	}
 	close(stop)
@@ -494,9 +590,11 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 
 	row := scaleRow{
 		design: designName(ph.legacy), graph: ph.graph, publishers: publishers, conns: m.meanConns(),
-		sentBps:   float64(sent) / float64(env.n) / real,
-		msgsPerS:  float64(msgs) / float64(env.n) / real,
-		cpuMsPerS: float64(cpu.Milliseconds()) / float64(env.n) / real,
+		sentBps:       float64(sent) / float64(env.n) / real,
+		msgsPerS:      float64(msgs) / float64(env.n) / real,
+		cpuMsPerS:     float64(cpu.Milliseconds()) / float64(env.n) / real,
+		deliveredPerS: float64(delivered) / float64(env.n) / real,
+		load:          load,
 	}
 	if sent > 0 {
 		row.ctrlShare = float64(ctrl) / float64(sent)
@@ -508,7 +606,7 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 	}
 	if ph.legacy && publishers < env.n {
 		f := float64(env.n) / float64(publishers)
-		row.sentBps, row.msgsPerS, row.cpuMsPerS, row.extrapolated = row.sentBps*f, row.msgsPerS*f, row.cpuMsPerS*f, true
+		row.sentBps, row.msgsPerS, row.cpuMsPerS, row.deliveredPerS, row.extrapolated = row.sentBps*f, row.msgsPerS*f, row.cpuMsPerS*f, row.deliveredPerS*f, true
 	}
 	if !ph.legacy {
 		ph.deliveries = m.loadChanges(t, gs, srcs, pol, rng)
@@ -516,27 +614,81 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 	return row
 }
 
-// nudge tells every node, as identify would, that its connected peers
-// speak protocol id. gossipsub opens its stream to a connected peer when it
-// starts, and again only when identify says the peer has gained the
-// protocol. A real node starts gossipsub before it connects; here the
-// hosts are connected before each phase starts gossipsub on all of them in
-// turn, so the first tries find the protocol missing, and an identify push
-// lost or late on this loaded machine would leave a pair talking one way
-// for good. A peer gossipsub already has is left as it is.
-func (m *scaleMesh) nudge(t *testing.T, id protocol.ID) {
-	for _, h := range m.hosts {
-		em, err := h.EventBus().Emitter(new(event.EvtPeerProtocolsUpdated))
-		if err != nil {
-			t.Fatal(err)
+// nudge tells the nodes, as identify would, that their connected peers
+// speak protocol id: every node about every peer when lagging is nil, else
+// each lagging node and a peer on one of its topics about each other,
+// where either one's gossipsub does not list the other there. gossipsub opens its stream to
+// a connected peer when it starts, and again only when identify says the
+// peer has gained the protocol. A real node starts gossipsub before it
+// connects; here the hosts are connected before each phase starts
+// gossipsub on all of them in turn, so the first tries find the protocol
+// missing, and an identify push lost or late on this loaded machine would
+// leave a pair talking one way for good. A peer gossipsub already has is
+// left as it is. On the DHT's connections (hundreds per node) telling
+// every node about every peer is hundreds of thousands of events, which
+// kad-dht and gossipsub both handle: repeated every two seconds it kept
+// the event loops of a run at N = 300 too busy to deliver adverts, so
+// only the pairs that are missing are nudged.
+func (m *scaleMesh) nudge(t *testing.T, id protocol.ID, gs []*Gossip, lagging []int) {
+	emitters := map[int]event.Emitter{}
+	defer func() {
+		for _, em := range emitters {
+			_ = em.Close()
 		}
-		for _, p := range h.Network().Peers() {
-			if err := em.Emit(event.EvtPeerProtocolsUpdated{Peer: p, Added: []protocol.ID{id}}); err != nil {
+	}()
+	emit := func(i int, p peer.ID) {
+		em, ok := emitters[i]
+		if !ok {
+			var err error
+			if em, err = m.hosts[i].EventBus().Emitter(new(event.EvtPeerProtocolsUpdated)); err != nil {
 				t.Fatal(err)
 			}
+			emitters[i] = em
 		}
-		_ = em.Close()
+		if err := em.Emit(event.EvtPeerProtocolsUpdated{Peer: p, Added: []protocol.ID{id}}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if lagging == nil {
+		for i, h := range m.hosts {
+			for _, p := range h.Network().Peers() {
+				emit(i, p)
+			}
+		}
+		return
+	}
+	for _, i := range lagging {
+		h := m.hosts[i]
+		for _, name := range gs[i].Topics() {
+			listed := gs[i].topicPeers(name)
+			for _, p := range h.Network().Peers() {
+				j := m.index(p)
+				if j < 0 || !slices.Contains(gs[j].Topics(), name) {
+					continue
+				}
+				// Either side may be the one that missed the other.
+				if slices.Contains(listed, p) && slices.Contains(gs[j].topicPeers(name), h.ID()) {
+					continue
+				}
+				emit(i, p)
+				emit(j, h.ID())
+			}
+		}
+	}
+}
+
+// index is the node of peer p, or -1.
+func (m *scaleMesh) index(p peer.ID) int {
+	if m.byID == nil {
+		m.byID = make(map[peer.ID]int, len(m.hosts))
+		for i, h := range m.hosts {
+			m.byID[h.ID()] = i
+		}
+	}
+	if i, ok := m.byID[p]; ok {
+		return i
+	}
+	return -1
 }
 
 func designName(legacy bool) string {
@@ -624,56 +776,78 @@ func cpuTime() time.Duration {
 // Figures are reported, never asserted.
 func TestScale(t *testing.T) {
 	env := readScaleEnv(t)
-	env.window = max(env.scaled(DefaultRefresh), 5*time.Second)
+	if addr := os.Getenv("KITH_SCALE_PPROF"); addr != "" {
+		// Profiles of a long run, on loopback: KITH_SCALE_PPROF=127.0.0.1:6061.
+		go func() { _ = http.ListenAndServe(addr, nil) }()
+	}
+	env.window = phaseWindow(env)
 	rng := rand.New(rand.NewPCG(env.seed, 1))
-	t.Logf("scale: N=%d, latency %v, speed ×%g, %d profiles (each node serves one, requests one), load change per node every %v, window %v (%v real); load average %s",
-		env.n, env.latency, env.speed, env.profiles(), scaleLoadEvery, env.window, time.Duration(float64(env.window)*env.speed), loadAvg())
+	dhtEnv := env.onDHT()
+	t.Logf("scale: N=%d, latency %v, %d profiles (each node serves one, requests one), load change per node every %v; sparse graph: speed ×%g, window %v (%v real), %d publishers today; DHT graph: speed ×%g, window %v (%v real), %d publishers today; load average %s",
+		env.n, env.latency, env.profiles(), scaleLoadEvery,
+		env.speed, env.window, time.Duration(float64(env.window)*env.speed), env.legacyPubs,
+		dhtEnv.speed, dhtEnv.window, time.Duration(float64(dhtEnv.window)*dhtEnv.speed), dhtEnv.legacyPubs, loadAvg())
 	start := time.Now()
 	m := newScaleMesh(t, env, rng)
 	t.Logf("scale: %d hosts and the introduction tree in %v", env.n, time.Since(start).Round(time.Millisecond))
 
 	var rows []scaleRow
-	var delivered []time.Duration
+	delivered := map[string][]time.Duration{}
 	run := func(legacy bool, graph string) {
 		ph := &gossipPhase{legacy: legacy, graph: graph, pushMax: DefaultPushMax}
 		s := time.Now()
 		row := m.runGossip(t, ph, rng)
 		rows = append(rows, row)
-		delivered = append(delivered, ph.deliveries...)
+		delivered[graph] = append(delivered[graph], ph.deliveries...)
 		// Each row as it comes, so a later failure keeps the figures.
-		t.Logf("scale: %s/%s: %d publishers, %.0f conns/node, advert %d B, sent %.0f B/s/node (control %.0f%%), %.2f msgs/s/node, CPU %.3f ms/s/node (extrapolated ×N/publishers: %v)",
-			row.design, row.graph, row.publishers, row.conns, row.advertBytes, row.sentBps, 100*row.ctrlShare, row.msgsPerS, row.cpuMsPerS, row.extrapolated)
+		t.Logf("scale: %s/%s: %d publishers, %.0f conns/node, advert %d B, sent %.0f B/s/node (control %.0f%%), %.2f msgs/s/node, CPU %.3f ms/s/node, %.2f adverts delivered/s/node (%.0f B sent and %.0f µs CPU per delivery) (extrapolated ×N/publishers: %v), load average %s",
+			row.design, row.graph, row.publishers, row.conns, row.advertBytes, row.sentBps, 100*row.ctrlShare, row.msgsPerS, row.cpuMsPerS, row.deliveredPerS, row.perDelivery(row.sentBps), 1000*row.perDelivery(row.cpuMsPerS), row.extrapolated, row.load)
+		if d := ph.deliveries; len(d) > 0 {
+			t.Logf("scale: %s/%s: load change to every requester p50 %v, max %v over %d deliveries",
+				row.design, row.graph, percentile(d, 50).Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond), len(d))
+		}
 		t.Logf("scale: %s on the %s graph measured in %v", designName(legacy), graph, time.Since(s).Round(time.Millisecond))
 	}
-	run(true, "sparse")
-	run(false, "sparse")
+	if env.sparse {
+		run(true, "sparse")
+		run(false, "sparse")
+	}
 
 	var finds []time.Duration
 	if env.dht {
 		s := time.Now()
 		m.startDHT(t)
-		t.Logf("scale: DHT bootstrapped in %v; %.0f connections per node", time.Since(s).Round(time.Millisecond), m.meanConns())
+		t.Logf("scale: DHT bootstrapped in %v; %.0f connections per node; load average %s", time.Since(s).Round(time.Millisecond), m.meanConns(), loadAvg())
+		s = time.Now()
+		m.provideAll(t)
+		t.Logf("scale: every node's profile provided on the DHT in %v; %.0f connections per node", time.Since(s).Round(time.Millisecond), m.meanConns())
 		finds = m.timeToProvider(t, rng, 20)
-		t.Logf("scale: DHT time-to-provider measured (%d lookups)", len(finds))
+		t.Logf("scale: DHT time-to-provider measured (%d lookups): p50 %v, max %v; load average %s",
+			len(finds), percentile(finds, 50).Round(time.Millisecond), finds[len(finds)-1].Round(time.Millisecond), loadAvg())
+		m.env = dhtEnv
 		run(true, "dht")
 		run(false, "dht")
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| design | graph | publishers | conns/node | advert B | sent B/s/node | control share | msgs/s/node | CPU ms/s/node |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| design | graph | publishers | conns/node | advert B | sent B/s/node | control share | msgs/s/node | CPU ms/s/node | delivered/s/node | B sent per delivery | CPU µs per delivery | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		ext := ""
 		if r.extrapolated {
 			ext = " (×N/publishers)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %d | %.0f%s | %.0f%% | %.2f | %.3f |\n",
-			r.design, r.graph, r.publishers, r.conns, r.advertBytes, r.sentBps, ext, 100*r.ctrlShare, r.msgsPerS, r.cpuMsPerS)
+		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %d | %.0f%s | %.0f%% | %.2f%s | %.3f%s | %.2f%s | %.0f | %.0f | %s |\n",
+			r.design, r.graph, r.publishers, r.conns, r.advertBytes, r.sentBps, ext, 100*r.ctrlShare, r.msgsPerS, ext, r.cpuMsPerS, ext, r.deliveredPerS, ext,
+			r.perDelivery(r.sentBps), 1000*r.perDelivery(r.cpuMsPerS), r.load)
 	}
-	slices.Sort(delivered)
-	if len(delivered) > 0 {
-		fmt.Fprintf(&b, "\nload change to every requester of the profile (real time, incl. the wait for load_interval): p50 %v, max %v over %d deliveries\n",
-			percentile(delivered, 50).Round(time.Millisecond), delivered[len(delivered)-1].Round(time.Millisecond), len(delivered))
+	for _, graph := range []string{"sparse", "dht"} {
+		if d := delivered[graph]; len(d) > 0 {
+			slices.Sort(d)
+			fmt.Fprintf(&b, "\nload change to every requester of the profile, %s graph (real time, incl. the wait for load_interval): p50 %v, max %v over %d deliveries",
+				graph, percentile(d, 50).Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond), len(d))
+		}
 	}
+	fmt.Fprintln(&b)
 	if len(finds) > 0 {
 		fmt.Fprintf(&b, "DHT time-to-provider (%d lookups, latency %v per link): p50 %v, max %v\n",
 			len(finds), env.latency, percentile(finds, 50).Round(time.Millisecond), finds[len(finds)-1].Round(time.Millisecond))
