@@ -286,7 +286,8 @@ func TestMatchOutput(t *testing.T) {
 		{"no digest from a 1.2 provider", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(false)}, false, true},
 		{"no digest from a 1.3 provider", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(true)}, false, false},
 		{"no digest after a re-offer", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(true)}, true, true},
-		{"no digest from this node", protocol.ResultProof{}, store.Delegation{Offer: offer(false)}, false, false},
+		{"no digest on a local delegation stored before 1.3", protocol.ResultProof{}, store.Delegation{Offer: offer(false)}, false, true},
+		{"digest of other output on a local delegation", protocol.ResultProof{OutputSHA256: protocol.OutputDigest(nil)}, store.Delegation{Offer: offer(false)}, false, false},
 	}
 	for _, c := range cases {
 		err := matchOutput(c.p, c.d, m, c.moved)

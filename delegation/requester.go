@@ -901,15 +901,17 @@ func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m
 }
 
 // matchOutput checks that the proof binds the result's output. A provider
-// known to speak 1.3 must sign its digest: this node itself, or the
-// provider this node offered the task multi_turn (which it does only for
-// one that advertises 1.3). An older provider signs none, and its output is
-// covered only as far as it streamed it (the transcript); so is the output
-// of a provider that took the task over after a preemption (the same offer
-// goes out again, and that provider may be older).
+// known to speak 1.3 must sign its digest: the one this node offered the
+// task multi_turn (which it does only for one that advertises 1.3). An
+// older provider signs none, and its output is covered only as far as it
+// streamed it (the transcript); so is the output of a provider that took
+// the task over after a preemption (the same offer goes out again, and that
+// provider may be older), and of this node's own local delegations stored
+// by a version before 1.3 (this node signs the digest now, and is checked
+// against it whenever it did).
 func matchOutput(p protocol.ResultProof, d store.Delegation, m *protocol.DelegationResult, moved bool) error {
 	if p.OutputSHA256 == ([32]byte{}) {
-		if d.Remote && (!offeredMultiTurn(d.Offer) || moved) {
+		if !d.Remote || !offeredMultiTurn(d.Offer) || moved {
 			return nil
 		}
 		return fmt.Errorf("%w: the proof binds no output (a provider speaking %s must)", ErrProofInvalid, protocol.MultiTurn)
