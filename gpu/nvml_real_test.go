@@ -73,11 +73,11 @@ func TestRealNVML(t *testing.T) {
 // process takes shrinks what the ledger will lease to peers, and that a
 // local request can still preempt a remote lease. KITH_REAL_NVML_HOG is a
 // shell command that allocates $HOG_MIB MiB of VRAM, prints "ready" and
-// waits (for example a few lines of CUDA or PyTorch).
+// waits: testdata/vram_hog.py does it with PyTorch.
 func TestRealNVMLSeesOtherProcesses(t *testing.T) {
 	hog := os.Getenv("KITH_REAL_NVML_HOG")
 	if os.Getenv("KITH_REAL_NVML") != "1" || hog == "" {
-		t.Skip("needs an NVIDIA GPU and a VRAM-allocating command; run: KITH_REAL_NVML=1 KITH_REAL_NVML_HOG='python3 hog.py' go test -run RealNVMLSeesOther -v ./gpu")
+		t.Skip("needs an NVIDIA GPU and a VRAM-allocating command (CI has no GPU); run: KITH_REAL_NVML=1 KITH_REAL_NVML_HOG='exec python3 testdata/vram_hog.py' go test -run RealNVMLSeesOther -v ./gpu")
 	}
 	inv, err := OpenNVML()
 	if err != nil {
