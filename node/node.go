@@ -246,6 +246,7 @@ func (n *Node) build() (_ *built, err error) {
 		libp2p.Identity(b.id.Libp2pKey()),
 		libp2p.ConnectionGater(b.gate),
 		libp2p.ResourceManager(rm),
+		libp2p.DisableMetrics(), // see resourceManager
 		libp2p.ConnectionManager(cm),
 		// Listening happens below, address by address: libp2p's own
 		// listen succeeds when any one address binds.

@@ -11,6 +11,12 @@ import (
 // of [limits] on top of libp2p's defaults scaled to this machine: one peer
 // cannot hold more connections, streams or memory than configured, however
 // it behaves.
+//
+// Its Prometheus metrics are off: they go to the default registry, which
+// the node never serves (its /metrics has a registry of its own), and
+// keeping them cost about 5% of the CPU of a delegation (a trace event per
+// stream, scope and memory reservation). The same goes for libp2p's other
+// metrics (libp2p.DisableMetrics in newHost).
 func resourceManager(l config.Limits) (network.ResourceManager, error) {
 	peer := rcmgr.ResourceLimits{
 		Conns:   rcmgr.LimitVal(l.MaxConnsPerPeer),
@@ -25,5 +31,5 @@ func resourceManager(l config.Limits) (network.ResourceManager, error) {
 		// by the same figure, not libp2p's smaller per-protocol default.
 		ProtocolPeerDefault: rcmgr.ResourceLimits{Streams: peer.Streams, StreamsInbound: peer.Streams},
 	}.Build(rcmgr.DefaultLimits.AutoScale())
-	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits))
+	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits), rcmgr.WithMetricsDisabled())
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	quic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	ma "github.com/multiformats/go-multiaddr"
@@ -44,13 +45,26 @@ type hostPair struct {
 
 // newHost builds a host with node.Run's options, on loopback.
 func newHost(id *crypto.Identity) (host.Host, error) {
-	return libp2p.New(
+	// libp2p's default resource manager, and no libp2p metrics: what a
+	// node runs (node/resources.go), less its per-peer limits, which 64
+	// concurrent delegations between two hosts would reach.
+	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(rcmgr.DefaultLimits.AutoScale()), rcmgr.WithMetricsDisabled())
+	if err != nil {
+		return nil, err
+	}
+	h, err := libp2p.New(
 		libp2p.Identity(id.Libp2pKey()),
+		libp2p.ResourceManager(rm),
+		libp2p.DisableMetrics(),
 		libp2p.ListenAddrStrings("/ip4/127.0.0.1/tcp/0", "/ip4/127.0.0.1/udp/0/quic-v1"),
 		libp2p.Transport(tcp.NewTCPTransport),
 		libp2p.Transport(quic.NewTransport),
 		libp2p.UserAgent("kith/"+node.Version),
 	)
+	if err != nil {
+		return nil, errors.Join(err, rm.Close())
+	}
+	return h, nil
 }
 
 // newHostPair starts two hosts, serves the echo protocol on both and

@@ -55,9 +55,16 @@ func BenchmarkDelegation(b *testing.B) {
 	}
 }
 
-// runConcurrent runs op b.N times from conc goroutines.
+// runConcurrent runs op b.N times from conc goroutines, and reports the
+// process's CPU time per op (both hosts, both engines) beside the wall time.
 func runConcurrent(b *testing.B, conc int, op func(buf []byte) error) {
 	b.ReportAllocs()
+	c0, ok := cpuTime()
+	defer func() {
+		if c1, ok1 := cpuTime(); ok && ok1 && b.N > 0 {
+			b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+		}
+	}()
 	if conc == 1 {
 		buf := make([]byte, maxPayload)
 		for b.Loop() {
