@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -210,7 +211,7 @@ type core struct {
 	recovered chan struct{}
 
 	subsMu sync.Mutex
-	subs   map[subKey]map[chan store.Event]struct{}
+	subs   map[subKey]map[chan store.Event]*atomic.Bool // a subscriber's channel → whether it missed an event
 
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
@@ -270,7 +271,7 @@ func New(cfg Config) (*Engine, error) {
 		id:         cfg.Identity,
 		st:         cfg.Store,
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
-		subs:       make(map[subKey]map[chan store.Event]struct{}),
+		subs:       make(map[subKey]map[chan store.Event]*atomic.Bool),
 		recovered:  make(chan struct{}),
 	}
 	p := &providerHalf{
@@ -428,15 +429,23 @@ func (e *core) goWithRun(f func(ctx context.Context)) error {
 // The channel is buffered; a subscriber that falls behind misses events and
 // should re-read the log (Events) by sequence number.
 func (e *core) Subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, func()) {
+	ch, _, cancel := e.subscribe(role, id)
+	return ch, cancel
+}
+
+// subscribe is Subscribe, and also says whether the subscriber has missed
+// an event (its channel was full).
+func (e *core) subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, *atomic.Bool, func()) {
 	ch := make(chan store.Event, 64)
+	missed := new(atomic.Bool)
 	k := subKey{role, id}
 	e.subsMu.Lock()
 	if e.subs[k] == nil {
-		e.subs[k] = make(map[chan store.Event]struct{})
+		e.subs[k] = make(map[chan store.Event]*atomic.Bool)
 	}
-	e.subs[k][ch] = struct{}{}
+	e.subs[k][ch] = missed
 	e.subsMu.Unlock()
-	return ch, func() {
+	return ch, missed, func() {
 		e.subsMu.Lock()
 		delete(e.subs[k], ch)
 		if len(e.subs[k]) == 0 {
@@ -449,10 +458,11 @@ func (e *core) Subscribe(role store.Role, id protocol.DelegationID) (<-chan stor
 func (e *core) publish(role store.Role, id protocol.DelegationID, ev store.Event) {
 	e.subsMu.Lock()
 	defer e.subsMu.Unlock()
-	for ch := range e.subs[subKey{role, id}] {
+	for ch, missed := range e.subs[subKey{role, id}] {
 		select {
 		case ch <- ev:
 		default:
+			missed.Store(true)
 		}
 	}
 }

@@ -20,22 +20,30 @@ func (e *core) Get(id protocol.DelegationID) (store.Delegation, error) {
 // Wait blocks until the delegation this node requested is terminal, or ctx
 // ends.
 func (e *core) Wait(ctx context.Context, id protocol.DelegationID) (store.Delegation, error) {
-	ch, cancel := e.Subscribe(store.RoleRequester, id)
+	ch, missed, cancel := e.subscribe(store.RoleRequester, id)
 	defer cancel()
+	// The record alone says whether it is over (reading a large offer on
+	// every streamed status would cost more than the stream), and it is
+	// read only when it may have changed to a terminal state: at first, on
+	// an event whose state is terminal (every state change is published
+	// with the state it made), and once an event was missed.
+	read := true
 	for {
-		// The record alone says whether it is over: reading a large offer
-		// on every streamed status would cost more than the stream.
-		d, err := e.st.DelegationInfo(store.RoleRequester, id)
-		if err != nil {
-			return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
-		}
-		if d.State.Terminal() {
-			return e.Get(id)
+		if read {
+			d, err := e.st.DelegationInfo(store.RoleRequester, id)
+			if err != nil {
+				return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
+			}
+			if d.State.Terminal() {
+				return e.Get(id)
+			}
 		}
 		select {
 		case <-ctx.Done():
+			d, _ := e.st.DelegationInfo(store.RoleRequester, id)
 			return d, ctx.Err()
-		case <-ch:
+		case ev := <-ch:
+			read = ev.State.Terminal() || missed.Load()
 		}
 	}
 }
