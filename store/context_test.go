@@ -215,8 +215,8 @@ func TestMigrate2to3IndexesContexts(t *testing.T) {
 		v, err = getUint64(txn, []byte(keySchema))
 		return err
 	}))
-	if v != 3 {
-		t.Fatalf("schema %d after migration, want 3", v)
+	if v != schemaVersion {
+		t.Fatalf("schema %d after migration, want %d", v, schemaVersion)
 	}
 	if n, err := s.PruneContexts(); err != nil || n != 1 {
 		t.Fatalf("pruned %d (%v), want 1 legacy context", n, err)

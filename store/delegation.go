@@ -96,7 +96,8 @@ type Delegation struct {
 type delegationRecord struct {
 	ID           protocol.DelegationID `json:"id"`
 	Role         Role                  `json:"role"`
-	Peer         string                `json:"peer,omitempty"`
+	Peer         string                `json:"peer,omitempty"` // base58: JSON (schema 1) and version 1 records only
+	peer         peer.ID               // the peer, as every decoder returns it and encode writes it
 	Remote       bool                  `json:"remote,omitempty"`
 	Parent       protocol.DelegationID `json:"parent"`
 	ContextID    string                `json:"context_id,omitempty"`
@@ -116,9 +117,7 @@ func (d Delegation) record() delegationRecord {
 		ContextID: string(d.ContextID), Profile: d.Profile, State: d.State, Reason: d.Reason,
 		BudgetTokens: d.BudgetTokens, Usage: d.Usage,
 		CreatedAt: nanos(d.CreatedAt), UpdatedAt: nanos(d.UpdatedAt), Deadline: nanos(d.Deadline),
-	}
-	if d.Peer != "" {
-		r.Peer = d.Peer.String()
+		peer: d.Peer,
 	}
 	return r
 }
@@ -129,13 +128,7 @@ func (r delegationRecord) delegation() (Delegation, error) {
 		ContextID: protocol.ContextID(r.ContextID), Profile: r.Profile, State: r.State, Reason: r.Reason,
 		BudgetTokens: r.BudgetTokens, Usage: r.Usage,
 		CreatedAt: fromNanos(r.CreatedAt), UpdatedAt: fromNanos(r.UpdatedAt), Deadline: fromNanos(r.Deadline),
-	}
-	if r.Peer != "" {
-		id, err := peer.Decode(r.Peer)
-		if err != nil {
-			return Delegation{}, fmt.Errorf("%w: delegation %s peer %q: %v", ErrCorrupt, r.ID, r.Peer, err)
-		}
-		d.Peer = id
+		Peer: r.peer,
 	}
 	return d, nil
 }

@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +39,9 @@ func TestMigrateJSONRecords(t *testing.T) {
 	mustNoErr(t, err)
 	mustNoErr(t, db.Update(func(txn *badger.Txn) error {
 		mustNoErr(t, txn.Set([]byte(keySchema), be64(1)))
-		mustNoErr(t, setJSON(txn, delegationKey(d.Role, d.ID), d.record(), "delegation"))
+		rec := d.record()
+		rec.Peer = d.Peer.String() // schema 1 wrote it as base58
+		mustNoErr(t, setJSON(txn, delegationKey(d.Role, d.ID), rec, "delegation"))
 		mustNoErr(t, txn.Set(blobKey(d.Role, d.ID, blobOffer), d.Offer))
 		mustNoErr(t, txn.Set(blobKey(d.Role, d.ID, blobResult), d.Result))
 		mustNoErr(t, txn.Set(parentIdxKey(d.Parent, d.Role, d.ID), []byte{1}))
@@ -79,7 +83,7 @@ func TestMigrateJSONRecords(t *testing.T) {
 			item, err := txn.Get(k)
 			mustNoErr(t, err)
 			mustNoErr(t, item.Value(func(b []byte) error {
-				if len(b) == 0 || b[0] != recordV1 {
+				if len(b) == 0 || (b[0] != recordV1 && b[0] != recordV2) {
 					t.Errorf("%q is still not binary after the migration", k)
 				}
 				return nil
@@ -90,6 +94,62 @@ func TestMigrateJSONRecords(t *testing.T) {
 	// The migrated delegation moves on like any other.
 	_, err = s.Transition(d.Role, d.ID, protocol.StateRunning, Event{}, nil)
 	wantErr(t, err, ErrTerminal)
+}
+
+// TestDelegationRecordV1StillReads: a record written before version 2
+// (the peer as base58 text) decodes to the same delegation, and is
+// written back as version 2, with the peer's binary ID.
+func TestDelegationRecordV1StillReads(t *testing.T) {
+	d := Delegation{ID: protocol.NewDelegationID(), Role: RoleRequester, Peer: newPeerID(t), Remote: true,
+		State: protocol.StateRunning, Profile: "echo", BudgetTokens: 9, CreatedAt: time.Unix(5, 0).UTC(), UpdatedAt: time.Unix(6, 0).UTC()}
+	v2, err := d.record().encode()
+	mustNoErr(t, err)
+	if v2[0] != recordV2 || !bytes.Contains(v2, []byte(d.Peer)) {
+		t.Fatalf("a new record is version %d, with the peer's ID bytes %v; want version 2, with them", v2[0], bytes.Contains(v2, []byte(d.Peer)))
+	}
+	// Version 1, as the encoder before version 2 wrote it: the same
+	// fields, the peer as base58.
+	w := recordWriter{}
+	w.b = append(w.b, recordV1)
+	w.id(d.ID)
+	mustNoErr(t, w.text(d.Role))
+	w.str(d.Peer.String())
+	w.bool(d.Remote)
+	w.id(d.Parent)
+	w.str(string(d.ContextID))
+	w.str(d.Profile)
+	mustNoErr(t, w.text(d.State))
+	w.str(d.Reason)
+	for _, n := range []uint64{d.BudgetTokens, d.Usage.Prompt, d.Usage.Completion, d.Usage.Total} {
+		w.uvarint(n)
+	}
+	for _, n := range []int64{nanos(d.CreatedAt), nanos(d.UpdatedAt), nanos(d.Deadline)} {
+		w.varint(n)
+	}
+	for _, b := range [][]byte{w.b, v2} {
+		r, err := decodeDelegationRecord(b, "test")
+		mustNoErr(t, err)
+		got, err := r.delegation()
+		mustNoErr(t, err)
+		if !reflect.DeepEqual(got, d) {
+			t.Errorf("version %d record decodes to %+v, want %+v", b[0], got, d)
+		}
+		again, err := r.encode()
+		mustNoErr(t, err)
+		if !bytes.Equal(again, v2) {
+			t.Errorf("version %d record is written back as %x, want %x", b[0], again, v2)
+		}
+	}
+	// A version 1 record whose peer is not base58, or a version 2 one whose
+	// peer bytes are no ID, is corrupt.
+	bad := bytes.Replace(w.b, []byte(d.Peer.String()), []byte(strings.Repeat("0", len(d.Peer.String()))), 1)
+	if _, err := decodeDelegationRecord(bad, "test"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("version 1 record with peer 000…: %v, want ErrCorrupt", err)
+	}
+	bad = bytes.Replace(v2, []byte(d.Peer), bytes.Repeat([]byte{0xff}, len(d.Peer)), 1)
+	if _, err := decodeDelegationRecord(bad, "test"); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("version 2 record with peer ff…: %v, want ErrCorrupt", err)
+	}
 }
 
 func FuzzDecodeDelegationRecord(f *testing.F) {
@@ -103,6 +163,7 @@ func FuzzDecodeDelegationRecord(f *testing.F) {
 	f.Add(b[:len(b)/2])
 	f.Add([]byte(`{"id":"00000000000000000000000000000001","role":"provider","state":"running"}`))
 	f.Add([]byte{recordV1})
+	f.Add([]byte{recordV2})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeDelegationRecord(b, "fuzz")
 		if err != nil || b[0] == '{' {

@@ -20,7 +20,11 @@ import (
 //	3  requester contexts indexed by update time (idx/ctxupd/), provider
 //	   contexts (pctx/, idx/pctxupd/); migrate2to3 indexes the contexts of
 //	   a version 2 store at open.
-const schemaVersion uint64 = 3
+//	4  delegation records may be record version 2 (the peer as its binary
+//	   ID, record.go), which a version 3 binary would take for corrupt;
+//	   version 1 records still read, so migrate3to4 only stamps the
+//	   version.
+const schemaVersion uint64 = 4
 
 // checkSchema stamps a fresh database with schemaVersion, migrates an
 // older one, and refuses one written by a newer binary, before anything
@@ -55,11 +59,26 @@ func (s *Store) checkSchema(where string) error {
 		if err := s.migrate1to2(where); err != nil {
 			return err
 		}
-		return s.migrate2to3(where)
+		if err := s.migrate2to3(where); err != nil {
+			return err
+		}
 	case v == 2:
-		return s.migrate2to3(where)
+		if err := s.migrate2to3(where); err != nil {
+			return err
+		}
+	}
+	if v < 4 {
+		return s.migrate3to4()
 	}
 	return nil
+}
+
+// migrate3to4 stamps schema version 4: from now on this store may hold
+// version 2 delegation records, which an older binary must not open.
+func (s *Store) migrate3to4() error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(keySchema), be64(4))
+	})
 }
 
 func isEmpty(txn *badger.Txn) bool {
