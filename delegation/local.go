@@ -2,7 +2,6 @@ package delegation
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 
 	"github.com/kithmesh/kith/protocol"
@@ -52,7 +51,7 @@ func (e *providerHalf) delegateLocal(ctx context.Context, req Request) (protocol
 	}
 	t := &task{
 		id: offer.ID, wire: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
-		offerHash: sha256.Sum256(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
+		offerHash: digestOf(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
 	}
 	// Local work leases its VRAM with priority: remote leases in the way
 	// are revoked and their delegations end preempted.

@@ -301,7 +301,7 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 	now := e.cfg.Now()
 	t := &task{
 		id: key, wire: o.ID, role: store.RoleProvider, requester: remote, trust: trust, offer: o,
-		offerHash: sha256.Sum256(raw), profile: p, deadline: now.Add(timeout),
+		offerHash: digestOf(raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
 	lease, rej := e.lease(p, o.ID, false)
@@ -704,7 +704,7 @@ type finishing struct {
 	role      store.Role
 	id, wire  protocol.DelegationID
 	requester peer.ID
-	offerHash [32]byte
+	offerHash *digest
 	logged    []store.Event
 	create    *store.Delegation
 	abort     func() // ends the requester's stream when create cannot be stored
@@ -767,7 +767,7 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	now := e.cfg.Now()
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
 		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
-		OfferSHA256: f.offerHash, TranscriptSHA256: transcriptHash(events),
+		OfferSHA256: f.offerHash.get(), TranscriptSHA256: transcriptHash(events),
 		Usage: usage, CompletedAt: now, State: state, Turns: proofTurns(events),
 		OutputSHA256: protocol.OutputDigest(out),
 	})
@@ -898,10 +898,10 @@ func (e *providerHalf) recoverProvider() error {
 			}
 			e.log.Warn("cannot resume a delegation waiting for input", "delegation", d.ID, "err", err)
 		}
-		var hash [32]byte
+		hash := &digest{}
 		wire := d.ID
 		if len(d.Offer) > 0 {
-			hash = sha256.Sum256(d.Offer)
+			hash = digestOf(d.Offer)
 			if m, err := protocol.DecodeMessage(d.Offer); err == nil {
 				if o, ok := m.(*protocol.DelegationOffer); ok {
 					wire = o.ID

@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 
 	"github.com/kithmesh/kith/protocol"
@@ -98,7 +99,7 @@ func (e *core) Verify(id protocol.DelegationID) (protocol.ResultProof, error) {
 		return p, err
 	}
 	d.Peer = signer
-	return p, matchProof(p, d, e.id.PeerID(), r, events, reoffered(events))
+	return p, matchProof(p, d, sha256.Sum256(d.Offer), e.id.PeerID(), r, events, reoffered(events))
 }
 
 // Node is one delegation in a tree.

@@ -2,7 +2,6 @@ package delegation
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -45,6 +44,9 @@ type outgoing struct {
 	// either in the log the attempt reads (and sent on its stream) or
 	// handed to the attempt's reader, never neither.
 	replyMu sync.Mutex
+	// offerHash is the offer's, hashed while the offer travels and the
+	// provider works (see digest).
+	offerHash *digest
 }
 
 // requestGrace is how long past its timeout a requester waits for the
@@ -175,7 +177,7 @@ func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	// a Reply right after a restart finds it (and waits for the first
 	// attempt to read the log, see outgoing.replyMu).
 	own, cancel := context.WithCancelCause(context.Background())
-	o := &outgoing{cancel: cancel}
+	o := &outgoing{cancel: cancel, offerHash: digestOf(d.Offer)}
 	e.reqMu.Lock()
 	e.outgoing[d.ID] = o
 	e.reqMu.Unlock()
@@ -379,7 +381,7 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 			return outcomeRetry, err
 		}
 	}
-	r := &providerReader{e: e, d: d, statuses: rate.NewLimiter(statusRate, statusBurst)}
+	r := &providerReader{e: e, d: d, offerHash: o.offerHash, statuses: rate.NewLimiter(statusRate, statusBurst)}
 	r.events = slices.Clone(currentAttempt(all))
 	r.moved = reoffered(all)
 	for _, ev := range r.events {
@@ -606,14 +608,15 @@ func (e *core) outputCap(budget uint64) int {
 // requester's view of the delegation: what the provider may send next
 // depends on what it sent before.
 type providerReader struct {
-	e        *requesterHalf
-	d        store.Delegation
-	c        *protocol.Conn
-	buf      *eventBuffer
-	accepted bool
-	lastSeq  uint64
-	partial  int // bytes of partial output logged so far, every stream counted
-	statuses *rate.Limiter
+	e         *requesterHalf
+	d         store.Delegation
+	offerHash *digest // of the offer follow started with; checkProof uses it only for the same bytes
+	c         *protocol.Conn
+	buf       *eventBuffer
+	accepted  bool
+	lastSeq   uint64
+	partial   int // bytes of partial output logged so far, every stream counted
+	statuses  *rate.Limiter
 	// mu guards events and turnSent, which Reply adds to.
 	mu sync.Mutex
 	// events is the current attempt's log, stored or buffered: what the
@@ -711,7 +714,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
-		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved)
+		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
 		return outcomeDone, nil, true
 	}
 	return 0, nil, false
@@ -837,13 +840,13 @@ func (r *providerReader) violation(reason, detail string) outcome {
 // it is too large to keep) but the delegation ends failed with the reason.
 //
 // transcript is the attempt's log, before included.
-func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event, moved bool) {
+func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event, moved bool, offerHash *digest) {
 	state, reason := m.State, m.Reason
 	keep := raw
 	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
 		state, keep = protocol.StateFailed, nil
 		reason = fmt.Sprintf("%s: result of %d bytes, at most %d for a budget of %d tokens", ReasonOutputViolation, n, limit, d.BudgetTokens)
-	} else if err := e.checkProof(d, m, transcript, moved); err != nil {
+	} else if err := e.checkProof(d, m, transcript, moved, offerHash); err != nil {
 		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
 	} else if m.Usage.Completion > d.BudgetTokens {
 		state = protocol.StateFailed
@@ -869,16 +872,19 @@ func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationR
 
 // checkProof verifies a result's proof against what this node sent and
 // received: the provider's signature, the offer hash and the transcript
-// (the current attempt's log).
-func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event, moved bool) error {
+// (the current attempt's log). offerHash, when it hashed d.Offer, saves
+// hashing it again.
+func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationResult, transcript []store.Event, moved bool, offerHash *digest) error {
 	p, err := protocol.VerifyResultProof(d.Peer, m.Proof)
 	if err != nil {
 		return err
 	}
-	return matchProof(p, d, e.id.PeerID(), m, transcript, moved)
+	return matchProof(p, d, offerHash.sumOf(d.Offer), e.id.PeerID(), m, transcript, moved)
 }
 
-func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m *protocol.DelegationResult, events []store.Event, moved bool) error {
+// matchProof checks a verified proof against the delegation d, whose
+// offer's SHA-256 is offerSum.
+func matchProof(p protocol.ResultProof, d store.Delegation, offerSum [32]byte, requester peer.ID, m *protocol.DelegationResult, events []store.Event, moved bool) error {
 	switch {
 	case p.DelegationID != d.ID:
 		return fmt.Errorf("%w: proof names delegation %s", ErrProofInvalid, p.DelegationID)
@@ -886,7 +892,7 @@ func matchProof(p protocol.ResultProof, d store.Delegation, requester peer.ID, m
 		return fmt.Errorf("%w: proof names requester %s", ErrProofInvalid, p.Requester)
 	case p.Provider != d.Peer:
 		return fmt.Errorf("%w: proof names provider %s", ErrProofInvalid, p.Provider)
-	case p.OfferSHA256 != sha256.Sum256(d.Offer):
+	case p.OfferSHA256 != offerSum:
 		return fmt.Errorf("%w: offer hash differs from the offer sent", ErrProofInvalid)
 	case p.TranscriptSHA256 != transcriptHash(events):
 		return fmt.Errorf("%w: transcript hash differs from the messages received", ErrProofInvalid)

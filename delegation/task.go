@@ -25,7 +25,7 @@ type task struct {
 	requester peer.ID             // who asked; this node for local work
 	trust     protocol.TrustLevel // the requester's when its slot was taken
 	offer     *protocol.DelegationOffer
-	offerHash [32]byte
+	offerHash *digest
 	profile   *Profile
 	deadline  time.Time
 	remote    bool // holds a remote-pool slot

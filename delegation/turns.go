@@ -2,7 +2,6 @@ package delegation
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -359,7 +358,7 @@ func (e *providerHalf) resumeWaiting(info store.Delegation) error {
 	}
 	t := &task{
 		id: d.ID, wire: o.ID, role: d.Role, requester: requester, trust: e.trustOf(requester), offer: o,
-		offerHash: sha256.Sum256(d.Offer), profile: p, deadline: d.Deadline, remote: remote,
+		offerHash: digestOf(d.Offer), profile: p, deadline: d.Deadline, remote: remote,
 		done: make(chan struct{}), answered: make(chan struct{}, 1), resumed: true, waiting: true,
 		logged: events,
 	}

@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -155,7 +156,7 @@ func TestMultiTurnOverMesh(t *testing.T) {
 			forged := append([]store.Event(nil), evs...)
 			c, _ := protocol.EncodeMessage(&protocol.DelegationContinue{ID: id, Turn: 2, Task: textTask("French")})
 			forged[i].Data = c
-			if err := matchProof(p, d, req.id.PeerID(), r, forged, false); !errors.Is(err, ErrProofInvalid) {
+			if err := matchProof(p, d, sha256.Sum256(d.Offer), req.id.PeerID(), r, forged, false); !errors.Is(err, ErrProofInvalid) {
 				t.Fatalf("a forged answer verifies: %v", err)
 			}
 		}

@@ -1,7 +1,10 @@
 package delegation
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +75,72 @@ func TestWaitAfterMissedEvents(t *testing.T) {
 	}
 	if w.d.State != protocol.StateCompleted {
 		t.Fatalf("Wait returned state %s, want completed", w.d.State)
+	}
+}
+
+// TestLargeOfferHashChecked: an offer large enough to be hashed aside
+// (digestAsideMin) is still checked against the proof. A provider that
+// signs the hash of the offer it received completes; one that signs the
+// hash of other bytes of the same size fails the proof.
+func TestLargeOfferHashChecked(t *testing.T) {
+	task := textTask(wordsOf(2 * digestAsideMin))
+	for _, forge := range []bool{false, true} {
+		nodes := newMesh(t, 2, nil)
+		a, b := nodes[0], nodes[1]
+		evilProvider(t, b, func(c *protocol.Conn, first protocol.Message, raw []byte) {
+			o, ok := first.(*protocol.DelegationOffer)
+			if !ok {
+				return
+			}
+			accept, err := protocol.EncodeMessage(&protocol.DelegationAccept{ID: o.ID, ProviderHandle: "h"})
+			if err != nil || c.SendEncoded(accept) != nil {
+				return
+			}
+			signed := raw
+			if forge {
+				signed = bytes.Clone(raw)
+				signed[len(signed)/2] ^= 1
+			}
+			out := []protocol.Part{protocol.TextPart("done")}
+			usage := protocol.Usage{Prompt: 1, Completion: 1, Total: 2}
+			proof, err := protocol.SignResultProof(b.id, protocol.ResultProof{
+				DelegationID: o.ID, Requester: a.id.PeerID(), OfferSHA256: sha256.Sum256(signed),
+				TranscriptSHA256: transcriptHash([]store.Event{{Type: EventAccepted, Data: accept}}),
+				OutputSHA256:     protocol.OutputDigest(out), Usage: usage, CompletedAt: time.Now(), State: protocol.StateCompleted,
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = c.Send(&protocol.DelegationResult{ID: o.ID, State: protocol.StateCompleted, Output: out, Usage: usage, Proof: proof})
+			_, _ = c.Recv(2 * time.Second)
+		})
+		d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: task, BudgetTokens: 1 << 20})
+		if !forge && d.State != protocol.StateCompleted {
+			t.Fatalf("proof over the offer sent: state %s reason %q, want completed", d.State, d.Reason)
+		}
+		if forge && (d.State != protocol.StateFailed || !strings.HasPrefix(d.Reason, ReasonProofInvalid) || !strings.Contains(d.Reason, "offer hash")) {
+			t.Fatalf("proof over other bytes: state %s reason %q, want failed %s (offer hash)", d.State, d.Reason, ReasonProofInvalid)
+		}
+	}
+}
+
+// TestDigestSameBytesOnly: a digest answers for the very bytes it hashed,
+// and hashes anything else (equal bytes elsewhere in memory included) anew.
+func TestDigestSameBytesOnly(t *testing.T) {
+	for _, n := range []int{10, 2 * digestAsideMin} {
+		b := bytes.Repeat([]byte("k"), n)
+		d := digestOf(b)
+		if d.sumOf(b) != sha256.Sum256(b) || d.get() != sha256.Sum256(b) {
+			t.Fatalf("%d bytes: digest differs from SHA-256", n)
+		}
+		other := bytes.Clone(b)
+		other[0] = 'x'
+		if d.sumOf(other) != sha256.Sum256(other) {
+			t.Fatalf("%d bytes: sumOf(other bytes) gave the digest of the first", n)
+		}
+		if (*digest)(nil).sumOf(b) != sha256.Sum256(b) {
+			t.Fatal("nil digest: not SHA-256")
+		}
 	}
 }
