@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -558,21 +559,20 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	defer cancelDeadline()
 	started := e.cfg.Now()
 
-	var pending []byte
+	var pending pendingOutput
 	lastFlush := time.Now()
 	flush := func() {
-		if len(pending) == 0 {
+		if pending.n == 0 {
 			return
 		}
 		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
-			Partial: []protocol.Part{protocol.TextPart(string(pending))}, Turn: t.turnTag()}
-		pending = pending[:0]
+			Partial: []protocol.Part{protocol.TextPart(pending.take())}, Turn: t.turnTag()}
 		lastFlush = time.Now()
 		_ = e.emitStatus(t, st)
 	}
 	emit := func(u executor.Update) {
-		pending = append(pending, u.Text...)
-		if time.Since(lastFlush) >= flushInterval || len(pending) >= providerFlushBytes {
+		pending.add(u.Text)
+		if time.Since(lastFlush) >= flushInterval || pending.n >= providerFlushBytes {
 			flush()
 		}
 	}
@@ -613,14 +613,13 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	}
 	res.Usage = t.totalUsage(res.Usage)
 	// Output still pending goes out with the result, in the same durable
-	// write: a fast task costs one write after its accept, not two.
+	// write: a fast task costs one write after its accept, not two. Its
+	// status is numbered now, before any other, and built below unless
+	// the result carries the same output anyway.
 	var tail []store.Event
-	if len(pending) > 0 {
-		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
-			Partial: []protocol.Part{protocol.TextPart(string(pending))}, Turn: t.turnTag()}
-		if b, err := protocol.EncodeMessage(st); err == nil {
-			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StateRunning, Data: b})
-		}
+	var pendingSeq uint64
+	if pending.n > 0 {
+		pendingSeq = t.nextSeq()
 	}
 
 	state, reason, detail := protocol.StateCompleted, "", ""
@@ -686,13 +685,58 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		f.create, f.abort = &rec, t.abort
 		f.logged = t.openEvs
 		if state == protocol.StateCompleted && len(out) > 0 {
-			tail = slices.DeleteFunc(tail, func(ev store.Event) bool { return ev.State == protocol.StateRunning })
+			pending = pendingOutput{}
 		}
 	default:
 		f.logged = t.logged
 	}
 	t.logMu.Unlock()
+	if pending.n > 0 {
+		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: pendingSeq,
+			Partial: []protocol.Part{protocol.TextPart(pending.take())}, Turn: t.turnTag()}
+		if b, err := protocol.EncodeMessage(st); err == nil {
+			tail = append([]store.Event{{Type: EventStatus, State: protocol.StateRunning, Data: b}}, tail...)
+		}
+	}
 	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+}
+
+// pendingOutput is output the executor emitted that has not gone out yet.
+// Updates of pendingPartMin bytes or more are kept as the executor's own
+// strings, smaller ones joined as they come, so that output is copied
+// once, when it goes out, and not at all when the result carries it
+// instead (a fast task).
+type pendingOutput struct {
+	parts []string
+	small []byte // small updates since the last part
+	n     int    // bytes pending
+}
+
+const pendingPartMin = 512
+
+func (p *pendingOutput) add(s string) {
+	p.n += len(s)
+	if len(s) < pendingPartMin {
+		p.small = append(p.small, s...)
+		return
+	}
+	if len(p.small) > 0 {
+		p.parts = append(p.parts, string(p.small))
+		p.small = p.small[:0]
+	}
+	p.parts = append(p.parts, s)
+}
+
+// take returns the pending output and empties p.
+func (p *pendingOutput) take() string {
+	if len(p.small) > 0 {
+		p.parts = append(p.parts, string(p.small))
+		p.small = p.small[:0]
+	}
+	s := strings.Join(p.parts, "")
+	clear(p.parts)
+	p.parts, p.n = p.parts[:0], 0
+	return s
 }
 
 // finishing names the delegation finish ends. id is where the store keeps

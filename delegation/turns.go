@@ -135,7 +135,7 @@ func (e *providerHalf) reacquire(ctx context.Context, t *task) error {
 // are stored in one write, the status sent, and the task waits for its
 // answer. It returns once an answer is taken (t.turns holds it), or why the
 // task cannot go on.
-func (e *providerHalf) pause(ctx context.Context, t *task, res executor.Result, pending *[]byte) error {
+func (e *providerHalf) pause(ctx context.Context, t *task, res executor.Result, pending *pendingOutput) error {
 	if !t.offer.MultiTurn {
 		return &stopCause{protocol.StateFailed, ReasonInputUnsupported +
 			": the executor asked for input, and the requester did not offer a multi-turn delegation (protocol 1.3)"}
@@ -155,10 +155,9 @@ func (e *providerHalf) pause(ctx context.Context, t *task, res executor.Result, 
 		return &stopCause{protocol.StateFailed, fmt.Sprintf("the executor asked for input with the budget of %d tokens spent", t.offer.BudgetTokens)}
 	}
 	var evs []store.Event
-	if len(*pending) > 0 {
+	if pending.n > 0 {
 		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
-			Partial: []protocol.Part{protocol.TextPart(string(*pending))}, Turn: turn}
-		*pending = (*pending)[:0]
+			Partial: []protocol.Part{protocol.TextPart(pending.take())}, Turn: turn}
 		b, err := protocol.EncodeMessage(st)
 		if err != nil {
 			return err

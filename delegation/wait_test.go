@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kithmesh/kith/delegation/executor"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -142,5 +143,48 @@ func TestDigestSameBytesOnly(t *testing.T) {
 		if (*digest)(nil).sumOf(b) != sha256.Sum256(b) {
 			t.Fatal("nil digest: not SHA-256")
 		}
+	}
+}
+
+// TestFastOutputOnlyInResult: a task that ends before its first flush
+// sends its output once, in the result: the requester logs no status
+// carrying it, and hashes and stores it once.
+func TestFastOutputOnlyInResult(t *testing.T) {
+	nodes := newMesh(t, 2, func(_ int, c *Config) {
+		c.Profiles = []Profile{{Profile: protocol.Profile{Name: "echo", MaxBudgetTokens: 1 << 20}, Executor: executor.Echo{}}}
+	})
+	a, b := nodes[0], nodes[1]
+	task := wordsOf(200 << 10)
+	d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask(task), BudgetTokens: 1 << 20})
+	if d.State != protocol.StateCompleted || Output(d) != task {
+		t.Fatalf("state %s, output of %d bytes; want completed with the task echoed (%d bytes)", d.State, len(Output(d)), len(task))
+	}
+	if n := eventBytes(t, a.st, d.ID); n > 4<<10 {
+		t.Fatalf("the requester's log holds %d bytes: the output was also streamed as statuses", n)
+	}
+}
+
+// TestPendingOutput: what goes in comes out whole and in order, small and
+// large updates mixed, and take empties it.
+func TestPendingOutput(t *testing.T) {
+	var p pendingOutput
+	var want strings.Builder
+	for i, n := range []int{3, 700, 1, 1, 5000, 511, 512, 2} {
+		s := strings.Repeat(string(rune('a'+i)), n)
+		p.add(s)
+		want.WriteString(s)
+	}
+	if p.n != want.Len() {
+		t.Fatalf("n = %d, want %d", p.n, want.Len())
+	}
+	if got := p.take(); got != want.String() {
+		t.Fatalf("take gave %d bytes, not the %d added in order", len(got), want.Len())
+	}
+	if p.n != 0 || p.take() != "" {
+		t.Fatal("take did not empty it")
+	}
+	p.add("x")
+	if p.take() != "x" {
+		t.Fatal("reuse after take")
 	}
 }

@@ -142,18 +142,29 @@ func OutputDigest(parts []Part) [32]byte {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
 		h.Write(b)
 	}
+	// A text goes in through a small buffer: converting a megabyte of
+	// output to []byte would copy and allocate all of it.
+	var buf [4096]byte
+	text := func(s string) {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		for len(s) > 0 {
+			k := copy(buf[:], s)
+			h.Write(buf[:k])
+			s = s[k:]
+		}
+	}
 	for _, p := range parts {
 		h.Write([]byte{byte(p.Kind)})
 		switch p.Kind {
 		case PartText:
-			field([]byte(p.Text))
+			text(p.Text)
 		case PartData:
 			field(p.Data)
 		case PartFile:
-			field([]byte(p.File.Name))
-			field([]byte(p.File.MediaType))
+			text(p.File.Name)
+			text(p.File.MediaType)
 			field(p.File.Bytes)
-			field([]byte(p.File.URI))
+			text(p.File.URI)
 		}
 	}
 	var out [32]byte
