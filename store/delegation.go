@@ -172,7 +172,10 @@ func getDelegationRecord(txn *badger.Txn, role Role, id protocol.DelegationID) (
 		return r, fmt.Errorf("store: read %s: %w", dlgName(role, id), err)
 	}
 	err = item.Value(func(b []byte) error {
-		r, err = decodeDelegationRecord(b, dlgName(role, id))
+		r, err = decodeDelegationRecord(b, "delegation record")
+		if err != nil {
+			err = fmt.Errorf("%s: %w", dlgName(role, id), err)
+		}
 		return err
 	})
 	return r, err
@@ -200,8 +203,8 @@ func putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
 			return fmt.Errorf("%s: %w", dlgName(d.Role, d.ID), err)
 		}
 	}
-	if err := setRecord(txn, delegationKey(d.Role, d.ID), d.record().encode, dlgName(d.Role, d.ID)); err != nil {
-		return err
+	if err := setRecord(txn, delegationKey(d.Role, d.ID), d.record().encode, "delegation record"); err != nil {
+		return fmt.Errorf("%s: %w", dlgName(d.Role, d.ID), err)
 	}
 	var oldOffer, oldResult []byte // a new delegation has no blobs yet
 	if old != nil {

@@ -185,7 +185,10 @@ func (s *Store) appendEvent(txn *badger.Txn, role Role, id protocol.DelegationID
 		return 0, err
 	}
 	r := eventRecord{Seq: seq, At: nanos(e.At), Type: e.Type, State: e.State, Data: e.Data}
-	return seq, setRecord(txn, eventKey(role, id, seq), r.encode, "event of "+dlgName(role, id))
+	if err := setRecord(txn, eventKey(role, id, seq), r.encode, "event"); err != nil {
+		return seq, fmt.Errorf("%s: %w", dlgName(role, id), err)
+	}
+	return seq, nil
 }
 
 // Events returns a delegation's events with Seq > afterSeq, in order
@@ -206,7 +209,10 @@ func (s *Store) Events(role Role, id protocol.DelegationID, afterSeq uint64) ([]
 		return scanPrefix(txn, eventPrefix(role, id), start, false, func(item *badger.Item) error {
 			var r eventRecord
 			err := item.Value(func(b []byte) (err error) {
-				r, err = decodeEventRecord(b, "event of "+dlgName(role, id))
+				r, err = decodeEventRecord(b, "event")
+				if err != nil {
+					err = fmt.Errorf("%s: %w", dlgName(role, id), err)
+				}
 				return err
 			})
 			if err != nil {

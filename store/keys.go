@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 
 	"github.com/kithmesh/kith/protocol"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -60,27 +61,40 @@ func auditKey(seq uint64) []byte { return append([]byte(prefixAudit), be64(seq).
 
 // dlgSuffix is "<role>/<id hex>", shared by every per-delegation key.
 func dlgSuffix(role Role, id protocol.DelegationID) string {
-	return role.String() + "/" + id.String()
+	return string(appendDlgSuffix(nil, role, id))
+}
+
+// appendDlgSuffix appends dlgSuffix to b. The per-delegation keys are
+// built with it in one allocation each: a delegation builds a few dozen.
+func appendDlgSuffix(b []byte, role Role, id protocol.DelegationID) []byte {
+	b = append(b, role.String()...)
+	b = append(b, '/')
+	return hex.AppendEncode(b, id[:])
+}
+
+// dlgKey is prefix, dlgSuffix and extra bytes of room.
+func dlgKey(prefix string, role Role, id protocol.DelegationID, extra int) []byte {
+	return appendDlgSuffix(append(make([]byte, 0, len(prefix)+len("requester/")+hexIDLen+extra), prefix...), role, id)
 }
 
 func delegationKey(role Role, id protocol.DelegationID) []byte {
-	return []byte(prefixDelegation + dlgSuffix(role, id))
+	return dlgKey(prefixDelegation, role, id, 0)
 }
 
 func blobKey(role Role, id protocol.DelegationID, name string) []byte {
-	return []byte(prefixBlob + dlgSuffix(role, id) + "/" + name)
+	return append(append(dlgKey(prefixBlob, role, id, 1+len(name)), '/'), name...)
 }
 
 func eventSeqKey(role Role, id protocol.DelegationID) []byte {
-	return []byte(prefixEventSeq + dlgSuffix(role, id))
+	return dlgKey(prefixEventSeq, role, id, 0)
 }
 
 func eventPrefix(role Role, id protocol.DelegationID) []byte {
-	return []byte(prefixEvent + dlgSuffix(role, id) + "/")
+	return append(dlgKey(prefixEvent, role, id, 1+8), '/')
 }
 
 func eventKey(role Role, id protocol.DelegationID, seq uint64) []byte {
-	return append(eventPrefix(role, id), be64(seq)...)
+	return binary.BigEndian.AppendUint64(eventPrefix(role, id), seq)
 }
 
 func parentIdxPrefix(parent protocol.DelegationID) []byte {
