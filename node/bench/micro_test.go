@@ -87,27 +87,35 @@ func runConcurrent(b *testing.B, conc int, op func(buf []byte) error) {
 }
 
 // BenchmarkLargeDelegation runs one large delegation at a time (task and
-// result each 1 MiB) on the durable store, for profiling the large path.
+// result each 1 MiB, then 16 MiB) on the durable store, for profiling the
+// large path.
 func BenchmarkLargeDelegation(b *testing.B) {
-	const size = 1 << 20
-	hp, err := newHostPair(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer hp.Close()
-	text := string(payloadText(size))
-	budget := max(executor.EstimateTokens(text), 4096)
-	e, err := startEngines(context.Background(), hp, StoreDurable, b.TempDir(), 2, budget, budget)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	e.activate(hp)
-	b.SetBytes(size)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := e.delegateBudget(context.Background(), text, budget); err != nil {
-			b.Fatal(err)
-		}
+	for _, size := range []int{1 << 20, 16 << 20} {
+		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+			hp, err := newHostPair(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer hp.Close()
+			text := string(payloadText(size))
+			budget := max(executor.EstimateTokens(text), 4096)
+			e, err := startEngines(context.Background(), hp, StoreDurable, b.TempDir(), 2, budget, budget)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			e.activate(hp)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			c0, ok := cpuTime()
+			for b.Loop() {
+				if _, err := e.delegateBudget(context.Background(), text, budget); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if c1, ok1 := cpuTime(); ok && ok1 {
+				b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+			}
+		})
 	}
 }
