@@ -524,13 +524,15 @@ func (e *providerHalf) cancelTask(remote peer.ID, id protocol.DelegationID, reas
 // instead of one per token.
 const flushInterval = 100 * time.Millisecond
 
-// providerFlushBytes is the most output one status carries. Output is
-// streamed every flushInterval; this bound only caps one status of a fast
-// executor. It is large on purpose: output that a task produces within
-// one interval goes out once, in its result, rather than in statuses and
-// then again in the result (a 1 MiB echo was sent, stored and hashed
-// twice on each side).
-const providerFlushBytes = 8 << 20
+// providerFlushBytes is the most output one status carries: as much as a
+// message can. Output is streamed every flushInterval, so this bound only
+// caps one status of a fast executor, and output that a task produces
+// within one interval goes out once, in its result, rather than in
+// statuses and then again in the result (a 1 MiB echo was sent, stored and
+// hashed twice on each side; with 8 MiB here, so was most of a 16 MiB
+// one). Pending output holds the executor's own strings (pendingOutput),
+// so waiting for the interval costs no copy.
+const providerFlushBytes = protocol.MaxPayload
 
 func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	// The slot and the lease go back as soon as the executor returns: a
