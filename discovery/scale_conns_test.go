@@ -43,19 +43,40 @@ type managedHost struct {
 
 func (h *managedHost) ConnManager() connmgr.ConnManager { return h.cm }
 
-// withConnManager gives h the node's policy. The manager trims on its own,
-// as on a node: every 10 s (go-libp2p's silence period) while the host is
-// at conns_high or above, connections older than the grace period, least
-// valuable first.
+// withConnManager gives h the node's policy. kad-dht and gossipsub tag
+// and protect peers through it from the start; it counts connections, and
+// so trims, once manageConns hands them over.
 func withConnManager(t *testing.T, h host.Host) *managedHost {
 	d := config.Default().Discovery
 	cm, err := basicconnmgr.NewConnManager(d.ConnsLow, d.ConnsHigh, basicconnmgr.WithGracePeriod(scaleConnGrace))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Network().Notify(cm.Notifee())
 	t.Cleanup(func() { _ = cm.Close() })
 	return &managedHost{Host: h, cm: cm}
+}
+
+// manageConns hands every host's connections, and those it makes from now
+// on, to its connection manager, which from then on trims on its own, as
+// on a node: every 10 s (go-libp2p's silence period) while the host is at
+// conns_high or above, connections older than the grace period, least
+// valuable first.
+//
+// The harness calls it once the DHT has bootstrapped. A thousand nodes
+// joining at once, 48 at a time, is the harness's way to build a mesh, not
+// how one grows; with the managers trimming through it, the bootstrap of
+// N = 1,000 with 20 ms links had not ended after 20 minutes (each trim
+// closes connections that the next refresh dials again, and a query on a
+// closed connection takes its peer out of the routing table).
+func (m *scaleMesh) manageConns() {
+	for _, h := range m.managed {
+		// A connection made in between is notified twice; the manager
+		// ignores the second.
+		h.Network().Notify(h.cm.Notifee())
+		for _, c := range h.Network().Conns() {
+			h.cm.Notifee().Connected(h.Network(), c)
+		}
+	}
 }
 
 // connStats are the connections per node: mean, min and max.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/routing"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
@@ -31,8 +32,10 @@ type lookupTrace struct {
 	// queried and dials are the queries sent and connections opened
 	// before the provider came back.
 	queried, dials int
-	// seedHolders is how many of the lookup's seeds store the record.
-	seedHolders int
+	// seeds is how many peers the lookup started from, seedHolders how
+	// many of them store the record, and connected to how many of them
+	// the finder was connected.
+	seeds, seedHolders, seedsConnected int
 }
 
 // tracedFind finds the provider of c, as k.find does, and traces the
@@ -49,10 +52,13 @@ func (k *kadNet) tracedFind(t *testing.T, c *lookupCase) lookupTrace {
 	key := sha256.Sum256(ProfileKey(c.profile).Hash())
 	d := k.dhts[c.finder]
 	seeds := d.kad.RoutingTable().NearestPeers(key[:], defaultFindLimit)
-	var tr lookupTrace
+	tr := lookupTrace{seeds: len(seeds)}
 	for _, p := range seeds {
 		if holders[p] {
 			tr.seedHolders++
+		}
+		if k.hosts[c.finder].Network().Connectedness(p) == network.Connected {
+			tr.seedsConnected++
 		}
 	}
 
@@ -128,6 +134,7 @@ type lookupStats struct {
 	hops                         []int           // sorted
 	dialed, oneHop, seedsHolding int
 	queried, dials               int
+	seeds, seedsConnected        int
 }
 
 func (s lookupStats) String() string {
@@ -141,9 +148,9 @@ func (s lookupStats) String() string {
 		rtt := float64(2 * s.latency)
 		out += fmt.Sprintf(" (%.2f and %.2f round trips)", float64(percentile(s.took, 50))/rtt, float64(s.took[n-1])/rtt)
 	}
-	return out + fmt.Sprintf("; hops p50 %d, max %d; %d of %d found in one hop; %d of %d reached the holder over a new connection; %d of %d had a holder among their seeds; %.1f queries and %.1f dials per lookup",
+	return out + fmt.Sprintf("; hops p50 %d, max %d; %d of %d found in one hop; %d of %d reached the holder over a new connection; %d of %d had a holder among their seeds; %.1f queries and %.1f dials per lookup; connected to %d of %d seeds",
 		s.hops[(50*n+99)/100-1], s.hops[n-1], s.oneHop, n, s.dialed, n, s.seedsHolding, n,
-		float64(s.queried)/float64(n), float64(s.dials)/float64(n))
+		float64(s.queried)/float64(n), float64(s.dials)/float64(n), s.seedsConnected, s.seeds)
 }
 
 // timeToProvider has a random node advertise a fresh profile and another
@@ -168,6 +175,8 @@ func (m *scaleMesh) timeToProvider(t *testing.T, rng *rand.Rand, runs int, tag s
 		}
 		s.queried += tr.queried
 		s.dials += tr.dials
+		s.seeds += tr.seeds
+		s.seedsConnected += tr.seedsConnected
 	}
 	slices.Sort(s.took)
 	slices.Sort(s.hops)

@@ -43,6 +43,9 @@ import (
 // linear in the publishers, as every node hears every advert.
 // KITH_SCALE_DHT_SPEED (default 2) and KITH_SCALE_DHT_LEGACY_PUBLISHERS
 // (default 20) are the same for the phases on the DHT's connections.
+// KITH_SCALE_CONNMGR (on, the default, or off) gives every host a node's
+// connection manager (scale_conns_test.go). KITH_SCALE_GRAPHS picks the
+// graphs: sparse, dht, or lookup (the DHT's bootstrap and lookups only).
 
 // scaleEnv reads the harness's settings.
 type scaleEnv struct {
@@ -836,6 +839,7 @@ func TestScale(t *testing.T) {
 		s := time.Now()
 		m.startDHT(t)
 		t.Logf("scale: DHT bootstrapped in %v; %s; load average %s", time.Since(s).Round(time.Millisecond), m.connStats(), loadAvg())
+		m.manageConns()
 		s = time.Now()
 		m.provideAll(t)
 		provided := time.Now()
