@@ -91,13 +91,6 @@ const (
 	// routingTableWait bounds how long Bootstrap waits for a freshly
 	// connected DHT server to enter the routing table before refreshing.
 	routingTableWait = 5 * time.Second
-	// lookupConcurrency is how many peers a lookup queries at once
-	// (kad-dht's alpha, 10 by default). A lookup starts from the bucket's
-	// worth (20) of routing-table peers closest to the key; at 20 it asks
-	// all of them in its first round trip, so a record holder among them
-	// answers then, whichever of them the connection manager left
-	// connected (docs/scale.md, "DHT time-to-provider").
-	lookupConcurrency = 20
 )
 
 // Errors returned by the DHT.
@@ -206,7 +199,6 @@ func NewDHT(ctx context.Context, h host.Host, cfg DHTConfig) (*DHT, error) {
 		kaddht.ProtocolPrefix(DHTProtocolPrefix),
 		kaddht.Mode(mode),
 		kaddht.DisableValues(),
-		kaddht.Concurrency(lookupConcurrency),
 		// When the routing table empties, kad-dht redials these.
 		kaddht.BootstrapPeersFunc(d.bootstrapPeers),
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ipfs/go-cid"
 	kaddht "github.com/libp2p/go-libp2p-kad-dht"
-	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	p2pcrypto "github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -636,44 +635,4 @@ func TestDHTAdvertisesWhenFirstServerArrives(t *testing.T) {
 		return len(hints) == 1 && hints[0].ID == provider.h.ID()
 	})
 	t.Logf("found %v after the provider's first server joined (retry interval %v)", time.Since(start).Round(time.Millisecond), advertiseRetry)
-}
-
-// TestDHTLookupQueriesEverySeedAtOnce: a provider lookup starts by
-// querying, at once, every one of the bucket's worth of routing-table peers
-// closest to the key, not kad-dht's default ten of them: a record holder
-// among the later ten answers in the first round trip (docs/scale.md,
-// "DHT time-to-provider"). The servers hold every GET_PROVIDERS of the
-// key unanswered, so that only the first round is in flight.
-func TestDHTLookupQueriesEverySeedAtOnce(t *testing.T) {
-	checkNoLeaks(t)
-	const profile = "wave"
-	key := string(ProfileKey(profile).Hash())
-	release := make(chan struct{})
-	var held atomic.Int64
-	hold := kaddht.OnRequestHook(func(ctx context.Context, _ network.Stream, req *dhtpb.Message) {
-		if req.GetType() != dhtpb.Message_GET_PROVIDERS || string(req.GetKey()) != key {
-			return
-		}
-		held.Add(1)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-	})
-	k := newKadNet(t, 40, func(int) DHTConfig {
-		return DHTConfig{Mode: DHTModeServer, kadOptions: []kaddht.Option{hold}}
-	})
-	k.bootstrapEach(t, rand.New(rand.NewPCG(5, 6)))
-	sum := sha256.Sum256([]byte(key))
-	seeds := k.dhts[0].kad.RoutingTable().NearestPeers(sum[:], defaultFindLimit)
-	if len(seeds) < defaultFindLimit {
-		t.Fatalf("the finder's routing table holds %d peers, want at least %d", len(seeds), defaultFindLimit)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = k.dhts[0].FindProviders(ctx, profile, 1) })
-	defer func() { close(release); cancel(); wg.Wait() }()
-	if !labtest.Until(10*time.Second, func() bool { return held.Load() >= int64(len(seeds)) }) {
-		t.Fatalf("before any answer the lookup queried %d peers, want all %d of its seeds", held.Load(), len(seeds))
-	}
 }
