@@ -171,9 +171,22 @@ func (k *kadNet) prepareLookup(tb testing.TB, rng *rand.Rand, profile string) lo
 		tb.Fatalf("advertise %q: %v", profile, err)
 	}
 	c.sample.advertise = time.Since(start)
-	for i := range k.dhts {
-		if k.holdsRecord(tb, i, profile) {
-			c.sample.holders++
+	// Advertise returns once the records are sent; with link latency they
+	// are stored a little later. Wait for them (up to a bucket's worth of
+	// holders, or until they stop coming), so that the finder is not one
+	// and the holders are counted.
+	for deadline, last, since := time.Now().Add(5*time.Second), -1, time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		c.sample.holders = 0
+		for i := range k.dhts {
+			if k.holdsRecord(tb, i, profile) {
+				c.sample.holders++
+			}
+		}
+		if c.sample.holders != last {
+			last, since = c.sample.holders, time.Now()
+		}
+		if c.sample.holders > defaultFindLimit || time.Since(since) > 500*time.Millisecond || time.Now().After(deadline) {
+			break
 		}
 	}
 	c.finder = k.pickFinder(tb, rng, c.provider, profile)

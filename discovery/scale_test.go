@@ -43,6 +43,9 @@ import (
 // linear in the publishers, as every node hears every advert.
 // KITH_SCALE_DHT_SPEED (default 2) and KITH_SCALE_DHT_LEGACY_PUBLISHERS
 // (default 20) are the same for the phases on the DHT's connections.
+// KITH_SCALE_CONNMGR (on, the default, or off) gives every host a node's
+// connection manager (scale_conns_test.go). KITH_SCALE_GRAPHS picks the
+// graphs: sparse, dht, or lookup (the DHT's bootstrap and lookups only).
 
 // scaleEnv reads the harness's settings.
 type scaleEnv struct {
@@ -60,6 +63,12 @@ type scaleEnv struct {
 	// (docs/scale.md, "The harness").
 	dhtSpeed      float64
 	dhtLegacyPubs int
+	// connMgr gives every host a node's connection manager
+	// (KITH_SCALE_CONNMGR, default on; scale_conns_test.go).
+	connMgr bool
+	// gossipOnDHT runs the gossip phases on the DHT's connections;
+	// KITH_SCALE_GRAPHS=lookup measures the DHT's lookups only.
+	gossipOnDHT bool
 }
 
 func readScaleEnv(t *testing.T) scaleEnv {
@@ -67,7 +76,7 @@ func readScaleEnv(t *testing.T) scaleEnv {
 	if !ok {
 		t.Skip("scale harness off: set KITH_SCALE_N, e.g. KITH_SCALE_N=300 go test -run TestScale -v -timeout 30m ./discovery (KITH_SCALE_LATENCY=20ms adds link latency; docs/scale.md)")
 	}
-	e := scaleEnv{speed: 5, legacyPubs: 100, seed: 14, dhtSpeed: 2, dhtLegacyPubs: 20}
+	e := scaleEnv{speed: 5, legacyPubs: 100, seed: 14, dhtSpeed: 2, dhtLegacyPubs: 20, connMgr: true}
 	var err error
 	if e.n, err = strconv.Atoi(s); err != nil || e.n < 50 {
 		t.Fatalf("KITH_SCALE_N=%q: want a number of nodes, at least 50", s)
@@ -98,16 +107,26 @@ func readScaleEnv(t *testing.T) scaleEnv {
 	pubs("KITH_SCALE_DHT_LEGACY_PUBLISHERS", &e.dhtLegacyPubs)
 	// KITH_SCALE_GRAPHS: "sparse" measures the graph of introductions
 	// only, "dht" the DHT's connections only (hundreds per node), and
-	// "sparse,dht" (the default) both, one after the other.
+	// "sparse,dht" (the default) both, one after the other; "lookup" the
+	// DHT's bootstrap and time-to-provider without the gossip phases.
 	for g := range strings.SplitSeq(cmp.Or(os.Getenv("KITH_SCALE_GRAPHS"), "sparse,dht"), ",") {
 		switch g {
 		case "sparse":
 			e.sparse = true
 		case "dht":
+			e.dht, e.gossipOnDHT = true, true
+		case "lookup":
 			e.dht = true
 		default:
-			t.Fatalf("KITH_SCALE_GRAPHS=%q: want sparse, dht or sparse,dht", os.Getenv("KITH_SCALE_GRAPHS"))
+			t.Fatalf("KITH_SCALE_GRAPHS=%q: want sparse, dht, lookup or a list of them", os.Getenv("KITH_SCALE_GRAPHS"))
 		}
+	}
+	switch s := os.Getenv("KITH_SCALE_CONNMGR"); s {
+	case "", "on":
+	case "off":
+		e.connMgr = false
+	default:
+		t.Fatalf("KITH_SCALE_CONNMGR=%q: want on or off", s)
 	}
 	return e
 }
@@ -219,10 +238,13 @@ type scaleMesh struct {
 	wants   []string // profile node i requests
 	servers map[string][]int
 	byID    map[peer.ID]int // index's
+	managed []*managedHost  // the hosts with their connection managers (env.connMgr)
+	// currentLatency is the links' latency now (setLatency).
+	currentLatency time.Duration
 }
 
 func newScaleMesh(t *testing.T, env scaleEnv, rng *rand.Rand) *scaleMesh {
-	m := &scaleMesh{env: env, mn: mocknet.New(), servers: map[string][]int{}}
+	m := &scaleMesh{env: env, mn: mocknet.New(), servers: map[string][]int{}, currentLatency: env.latency}
 	t.Cleanup(func() { _ = m.mn.Close() })
 	m.mn.SetLinkDefaults(mocknet.LinkOptions{Latency: env.latency})
 	for i := range env.n {
@@ -234,6 +256,10 @@ func newScaleMesh(t *testing.T, env scaleEnv, rng *rand.Rand) *scaleMesh {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if env.connMgr {
+			mh := withConnManager(t, h)
+			m.managed, h = append(m.managed, mh), mh
+		}
 		m.hosts, m.ids = append(m.hosts, h), append(m.ids, id)
 	}
 	if err := m.mn.LinkAll(); err != nil {
@@ -243,6 +269,10 @@ func newScaleMesh(t *testing.T, env scaleEnv, rng *rand.Rand) *scaleMesh {
 	m.parent[0] = -1
 	for i := 1; i < env.n; i++ {
 		m.parent[i] = rng.IntN(i)
+		if env.connMgr {
+			// The node it was introduced to is its static peer.
+			m.managed[i].cm.Protect(m.hosts[m.parent[i]].ID(), scaleProtectStatic)
+		}
 		if _, err := m.mn.ConnectPeers(m.hosts[i].ID(), m.hosts[m.parent[i]].ID()); err != nil {
 			t.Fatal(err)
 		}
@@ -254,15 +284,6 @@ func newScaleMesh(t *testing.T, env scaleEnv, rng *rand.Rand) *scaleMesh {
 		m.servers[serve] = append(m.servers[serve], i)
 	}
 	return m
-}
-
-// meanConns is the mean number of peers a node is connected to.
-func (m *scaleMesh) meanConns() float64 {
-	total := 0
-	for _, h := range m.hosts {
-		total += len(h.Network().Peers())
-	}
-	return float64(total) / float64(len(m.hosts))
 }
 
 // startDHT starts a DHT server on every node and has each bootstrap from
@@ -378,7 +399,7 @@ func (m *scaleMesh) findPeers(self int, rng *rand.Rand, mu *sync.Mutex) func(con
 type scaleRow struct {
 	design, graph                string
 	publishers                   int
-	conns                        float64
+	conns                        connStats
 	sentBps, ctrlShare, msgsPerS float64 // per node, per real second
 	cpuMsPerS                    float64 // per node, per real second
 	deliveredPerS                float64 // adverts delivered per node, per real second
@@ -589,7 +610,7 @@ func (m *scaleMesh) runGossip(t *testing.T, ph *gossipPhase, rng *rand.Rand) sca
 	driver.Wait()
 
 	row := scaleRow{
-		design: designName(ph.legacy), graph: ph.graph, publishers: publishers, conns: m.meanConns(),
+		design: designName(ph.legacy), graph: ph.graph, publishers: publishers, conns: m.connStats(),
 		sentBps:       float64(sent) / float64(env.n) / real,
 		msgsPerS:      float64(msgs) / float64(env.n) / real,
 		cpuMsPerS:     float64(cpu.Milliseconds()) / float64(env.n) / real,
@@ -800,7 +821,7 @@ func TestScale(t *testing.T) {
 		rows = append(rows, row)
 		delivered[graph] = append(delivered[graph], ph.deliveries...)
 		// Each row as it comes, so a later failure keeps the figures.
-		t.Logf("scale: %s/%s: %d publishers, %.0f conns/node, advert %d B, sent %.0f B/s/node (control %.0f%%), %.2f msgs/s/node, CPU %.3f ms/s/node, %.2f adverts delivered/s/node (%.0f B sent and %.0f µs CPU per delivery) (extrapolated ×N/publishers: %v), load average %s",
+		t.Logf("scale: %s/%s: %d publishers, %s, advert %d B, sent %.0f B/s/node (control %.0f%%), %.2f msgs/s/node, CPU %.3f ms/s/node, %.2f adverts delivered/s/node (%.0f B sent and %.0f µs CPU per delivery) (extrapolated ×N/publishers: %v), load average %s",
 			row.design, row.graph, row.publishers, row.conns, row.advertBytes, row.sentBps, 100*row.ctrlShare, row.msgsPerS, row.cpuMsPerS, row.deliveredPerS, row.perDelivery(row.sentBps), 1000*row.perDelivery(row.cpuMsPerS), row.extrapolated, row.load)
 		if d := ph.deliveries; len(d) > 0 {
 			t.Logf("scale: %s/%s: load change to every requester p50 %v, max %v over %d deliveries",
@@ -813,20 +834,38 @@ func TestScale(t *testing.T) {
 		run(false, "sparse")
 	}
 
-	var finds []time.Duration
+	var lookups []lookupStats
 	if env.dht {
 		s := time.Now()
 		m.startDHT(t)
-		t.Logf("scale: DHT bootstrapped in %v; %.0f connections per node; load average %s", time.Since(s).Round(time.Millisecond), m.meanConns(), loadAvg())
+		t.Logf("scale: DHT bootstrapped in %v; %s; load average %s", time.Since(s).Round(time.Millisecond), m.connStats(), loadAvg())
+		m.manageConns()
 		s = time.Now()
 		m.provideAll(t)
-		t.Logf("scale: every node's profile provided on the DHT in %v; %.0f connections per node", time.Since(s).Round(time.Millisecond), m.meanConns())
-		finds = m.timeToProvider(t, rng, 20)
-		t.Logf("scale: DHT time-to-provider measured (%d lookups): p50 %v, max %v; load average %s",
-			len(finds), percentile(finds, 50).Round(time.Millisecond), finds[len(finds)-1].Round(time.Millisecond), loadAvg())
-		m.env = dhtEnv
-		run(true, "dht")
-		run(false, "dht")
+		provided := time.Now()
+		t.Logf("scale: every node's profile provided on the DHT in %v; %s", provided.Sub(s).Round(time.Millisecond), m.connStats())
+		if env.connMgr {
+			m.trimAll(provided)
+			t.Logf("scale: connection managers trimmed once the grace period (%v) was over; %s", scaleConnGrace, m.connStats())
+		}
+		measure := func(tag string) {
+			st := m.timeToProvider(t, rng, 20, tag)
+			lookups = append(lookups, st)
+			t.Logf("scale: DHT time-to-provider: %s; %s; load average %s", st, m.connStats(), loadAvg())
+		}
+		measure("a")
+		if env.latency > 0 {
+			// The same mesh without latency: what is processing, and
+			// what is round trips.
+			m.setLatency(0)
+			measure("b")
+			m.setLatency(env.latency)
+		}
+		if env.gossipOnDHT {
+			m.env = dhtEnv
+			run(true, "dht")
+			run(false, "dht")
+		}
 	}
 
 	var b strings.Builder
@@ -836,8 +875,8 @@ func TestScale(t *testing.T) {
 		if r.extrapolated {
 			ext = " (×N/publishers)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %d | %.0f%s | %.0f%% | %.2f%s | %.3f%s | %.2f%s | %.0f | %.0f | %s |\n",
-			r.design, r.graph, r.publishers, r.conns, r.advertBytes, r.sentBps, ext, 100*r.ctrlShare, r.msgsPerS, ext, r.cpuMsPerS, ext, r.deliveredPerS, ext,
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %d | %.0f%s | %.0f%% | %.2f%s | %.3f%s | %.2f%s | %.0f | %.0f | %s |\n",
+			r.design, r.graph, r.publishers, r.conns.cell(), r.advertBytes, r.sentBps, ext, 100*r.ctrlShare, r.msgsPerS, ext, r.cpuMsPerS, ext, r.deliveredPerS, ext,
 			r.perDelivery(r.sentBps), 1000*r.perDelivery(r.cpuMsPerS), r.load)
 	}
 	for _, graph := range []string{"sparse", "dht"} {
@@ -848,27 +887,11 @@ func TestScale(t *testing.T) {
 		}
 	}
 	fmt.Fprintln(&b)
-	if len(finds) > 0 {
-		fmt.Fprintf(&b, "DHT time-to-provider (%d lookups, latency %v per link): p50 %v, max %v\n",
-			len(finds), env.latency, percentile(finds, 50).Round(time.Millisecond), finds[len(finds)-1].Round(time.Millisecond))
+	for _, st := range lookups {
+		fmt.Fprintf(&b, "DHT time-to-provider: %s\n", st)
 	}
 	fmt.Fprintf(&b, "load average at the end: %s; total %v\n", loadAvg(), time.Since(start).Round(time.Second))
 	t.Log(b.String())
-}
-
-// timeToProvider has a random node advertise a fresh profile and another
-// that holds no record of it and is not connected to the provider find it,
-// runs times.
-func (m *scaleMesh) timeToProvider(t *testing.T, rng *rand.Rand, runs int) []time.Duration {
-	k := &kadNet{hosts: m.hosts, dhts: m.dhts}
-	var out []time.Duration
-	for r := range runs {
-		c := k.prepareLookup(t, rng, fmt.Sprintf("scale-%d", r))
-		k.find(t, &c)
-		out = append(out, c.sample.find)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func loadAvg() string {
