@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -48,6 +49,14 @@ func (h *managedHost) ConnManager() connmgr.ConnManager { return h.cm }
 // so trims, once manageConns hands them over.
 func withConnManager(t *testing.T, h host.Host) *managedHost {
 	d := config.Default().Discovery
+	// KITH_SCALE_CONNS=low/high tries other water marks than a node's
+	// defaults (e.g. 160/256, enough to keep a thousand-node routing
+	// table connected).
+	if s := os.Getenv("KITH_SCALE_CONNS"); s != "" {
+		if _, err := fmt.Sscanf(s, "%d/%d", &d.ConnsLow, &d.ConnsHigh); err != nil || d.ConnsLow <= 0 || d.ConnsHigh < d.ConnsLow {
+			t.Fatalf("KITH_SCALE_CONNS=%q: want low/high, e.g. 160/256", s)
+		}
+	}
 	cm, err := basicconnmgr.NewConnManager(d.ConnsLow, d.ConnsHigh, basicconnmgr.WithGracePeriod(scaleConnGrace))
 	if err != nil {
 		t.Fatal(err)
