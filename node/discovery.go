@@ -421,18 +421,21 @@ func (d *discoverer) providers(ctx context.Context, profile string) ([]peer.ID, 
 	if err != nil {
 		d.log.Debug("dht find providers", "profile", profile, "err", err)
 	}
+	// The goroutines below append to out as they go: the loop checks
+	// against what the known providers gave, read once.
+	known := slices.Clone(out)
 	for _, x := range hints {
-		if x.ID == d.h.ID() || d.gate.denied(x.ID) || slices.Contains(out, x.ID) {
+		if x.ID == d.h.ID() || d.gate.denied(x.ID) || slices.Contains(known, x.ID) {
 			continue
 		}
 		d.hint(ctx, x)
 		wg.Go(func() {
 			if err := d.h.Connect(ctx, x.AddrInfo()); err != nil {
-				if _, known := unreachable[x.ID]; !known {
-					mu.Lock()
+				mu.Lock()
+				if _, seen := unreachable[x.ID]; !seen {
 					unreachable[x.ID] = err
-					mu.Unlock()
 				}
+				mu.Unlock()
 				return
 			}
 			if _, err := d.eng.QueryCapabilities(ctx, x.ID); err == nil {
