@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -15,14 +17,18 @@ import (
 
 	"github.com/ipfs/go-cid"
 	kaddht "github.com/libp2p/go-libp2p-kad-dht"
+	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	p2pcrypto "github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/routing"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+	"github.com/libp2p/go-msgio"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/multiformats/go-multihash"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/internal/labtest"
@@ -635,4 +641,175 @@ func TestDHTAdvertisesWhenFirstServerArrives(t *testing.T) {
 		return len(hints) == 1 && hints[0].ID == provider.h.ID()
 	})
 	t.Logf("found %v after the provider's first server joined (retry interval %v)", time.Since(start).Round(time.Millisecond), advertiseRetry)
+}
+
+// TestFindProvidersAsksConnectedServers: a node whose routing table admits
+// nobody, so that kad-dht's lookup has no peer to start from, still finds
+// the provider through the DHT server it is connected to, which stores the
+// record: FindProviders asks the connected servers closest to the key
+// directly.
+func TestFindProvidersAsksConnectedServers(t *testing.T) {
+	checkNoLeaks(t)
+	// Node 0 stores the record, node 1 provides, node 2 looks.
+	k := newKadNet(t, 3, func(i int) DHTConfig {
+		c := DHTConfig{Mode: DHTModeServer}
+		if i == 2 {
+			c.kadOptions = []kaddht.Option{kaddht.RoutingTableFilter(func(any, peer.ID) bool { return false })}
+		}
+		return c
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := k.dhts[1].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[0])}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.dhts[1].Advertise(ctx, []string{"llm"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "node 0 to store the record", func() bool { return k.holdsRecord(t, 0, "llm") })
+	connectServer(t, ctx, k.hosts[2], k.hosts[0])
+	if n := k.dhts[2].kad.RoutingTable().Size(); n != 0 {
+		t.Fatalf("the finder's routing table holds %d peers, want none", n)
+	}
+
+	ectx, events := routing.RegisterForQueryEvents(ctx)
+	var asked []peer.ID
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range events {
+			if ev.Type == routing.SendingQuery {
+				asked = append(asked, ev.ID)
+			}
+		}
+	}()
+	hints, err := k.dhts[2].FindProviders(ectx, "llm", 1)
+	cancel()
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hints) != 1 || hints[0].ID != k.hosts[1].ID() || hints[0].Source != SourceDHT {
+		t.Fatalf("found %+v, want the provider %s from the DHT", hints, k.hosts[1].ID())
+	}
+	if !slices.Equal(asked, []peer.ID{k.hosts[0].ID()}) {
+		t.Errorf("queries went to %v, want one, to the connected server %s", asked, k.hosts[0].ID())
+	}
+}
+
+// TestFindProvidersBadAnswers: a connected server that answers the direct
+// question with garbage, an answer about another key, a message too large
+// to read, or not at all, gives no provider, is counted when its answer is
+// bad, and holds nothing past the caller's context.
+func TestFindProvidersBadAnswers(t *testing.T) {
+	key := ProfileKey("llm").Hash()
+	encode := func(m *dhtpb.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	provider := peer.AddrInfo{ID: mustPeerID(t), Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/1")}}
+	otherKey := dhtpb.NewMessage(dhtpb.Message_GET_PROVIDERS, ProfileKey("other").Hash(), 0)
+	otherKey.ProviderPeers = dhtpb.RawPeerInfosToPBPeers([]peer.AddrInfo{provider})
+	wrongType := dhtpb.NewMessage(dhtpb.Message_FIND_NODE, key, 0)
+	wrongType.ProviderPeers = dhtpb.RawPeerInfosToPBPeers([]peer.AddrInfo{provider})
+	for _, tc := range []struct {
+		name    string
+		answer  func(w msgio.Writer, s network.Stream) error
+		counted bool
+	}{
+		{"garbage", func(w msgio.Writer, _ network.Stream) error { return w.WriteMsg([]byte{0xff, 0xff, 0xff}) }, true},
+		{"another key", func(w msgio.Writer, _ network.Stream) error { return w.WriteMsg(encode(otherKey)) }, true},
+		{"another type", func(w msgio.Writer, _ network.Stream) error { return w.WriteMsg(encode(wrongType)) }, true},
+		{"too large", func(_ msgio.Writer, s network.Stream) error {
+			_, err := s.Write(binary.AppendUvarint(nil, uint64(maxKadMessage+1)))
+			return err
+		}, true},
+		{"silent", func(msgio.Writer, network.Stream) error { return nil }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkNoLeaks(t)
+			_, hosts, _ := mockKithHosts(t, 2)
+			liar, finder := hosts[0], hosts[1]
+			liar.SetStreamHandler(kadProtocol, func(s network.Stream) {
+				defer func() { _ = s.Close() }()
+				if _, err := msgio.NewVarintReaderSize(s, maxKadMessage).ReadMsg(); err != nil {
+					return
+				}
+				if err := tc.answer(msgio.NewVarintWriter(s), s); err != nil {
+					t.Error(err)
+				}
+				// Hold the stream open, as a server that never answers.
+				_, _ = io.Copy(io.Discard, s)
+			})
+			counters := &Counters{}
+			d, err := NewDHT(context.Background(), finder, DHTConfig{
+				Mode: DHTModeServer, Counters: counters,
+				kadOptions: []kaddht.Option{kaddht.RoutingTableFilter(func(any, peer.ID) bool { return false })},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			connectServer(t, ctx, finder, liar)
+
+			fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer fcancel()
+			hints, err := d.FindProviders(fctx, "llm", 1)
+			if len(hints) != 0 {
+				t.Fatalf("found %+v in a bad answer", hints)
+			}
+			if tc.counted && err != nil {
+				t.Fatalf("a bad answer ended the lookup with %v, want it done with no provider", err)
+			}
+			if !tc.counted && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a silent server: err %v, want the caller's deadline", err)
+			}
+			want := uint64(0)
+			if tc.counted {
+				want = 1
+			}
+			if got := counters.Get("dht/malformed_answer"); got != want {
+				t.Errorf("dht/malformed_answer = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// connectServer connects h to server and waits until identify has told h
+// that server speaks the DHT's protocol.
+func connectServer(t *testing.T, ctx context.Context, h, server host.Host) {
+	t.Helper()
+	if err := h.Connect(ctx, addrInfo(server)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "identify", func() bool {
+		p, err := h.Peerstore().FirstSupportedProtocol(server.ID(), kadProtocol)
+		return err == nil && p != ""
+	})
+}
+
+// waitFor polls cond until it holds, failing the test when ctx ends first.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func mustPeerID(t *testing.T) peer.ID {
+	t.Helper()
+	id, err := crypto.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.PeerID()
 }

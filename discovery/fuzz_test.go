@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	pb "github.com/libp2p/go-libp2p-pubsub/pb"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
@@ -104,6 +106,44 @@ func FuzzSubscriptions(f *testing.F) {
 		}
 		if validTopic(topic) && topic != Topic && !strings.HasPrefix(topic, TopicPrefix) {
 			t.Fatalf("%q taken for an advert topic", topic)
+		}
+	})
+}
+
+// FuzzProvidersAnswer feeds arbitrary bytes, as a connected DHT server's
+// answer to FindProviders' direct question, through
+// decodeProvidersAnswer. It must never panic; what it accepts is a
+// GET_PROVIDERS answer about the key asked, and what it refuses is an
+// errMalformedAnswer.
+func FuzzProvidersAnswer(f *testing.F) {
+	key := ProfileKey("llm").Hash()
+	good := dhtpb.NewMessage(dhtpb.Message_GET_PROVIDERS, key, 0)
+	good.ProviderPeers = dhtpb.RawPeerInfosToPBPeers([]peer.AddrInfo{{ID: "12D3KooWKKtKuwUgei6LYHwNnFH15ZLQWgRcMzebQXyj5fdZMxSE"}})
+	good.CloserPeers = good.ProviderPeers
+	b, err := proto.Marshal(good)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte{})
+	f.Add([]byte{0xff, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		provs, closer, err := decodeProvidersAnswer(b, key)
+		if err != nil {
+			if !errors.Is(err, errMalformedAnswer) {
+				t.Fatalf("refused with %v, not errMalformedAnswer", err)
+			}
+			if provs != nil || closer != nil {
+				t.Fatal("refused, and returned peers")
+			}
+			return
+		}
+		var m dhtpb.Message
+		if err := proto.Unmarshal(b, &m); err != nil || m.GetType() != dhtpb.Message_GET_PROVIDERS || !bytes.Equal(m.GetKey(), key) {
+			t.Fatalf("accepted %x: %v, type %v", b, err, m.GetType())
+		}
+		if len(provs) != len(m.GetProviderPeers()) {
+			t.Fatalf("%d providers from %d records", len(provs), len(m.GetProviderPeers()))
 		}
 	})
 }

@@ -36,6 +36,9 @@ type lookupTrace struct {
 	// many of them store the record, and connected to how many of them
 	// the finder was connected.
 	seeds, seedHolders, seedsConnected int
+	// nearHolder: one of the connected servers closest to the key, which
+	// FindProviders asks directly, holds the record.
+	nearHolder bool
 }
 
 // tracedFind finds the provider of c, as k.find does, and traces the
@@ -53,6 +56,9 @@ func (k *kadNet) tracedFind(t *testing.T, c *lookupCase) lookupTrace {
 	d := k.dhts[c.finder]
 	seeds := d.kad.RoutingTable().NearestPeers(key[:], defaultFindLimit)
 	tr := lookupTrace{seeds: len(seeds)}
+	for _, p := range d.closestConnected(ProfileKey(c.profile).Hash(), nearProbes) {
+		tr.nearHolder = tr.nearHolder || holders[p]
+	}
 	for _, p := range seeds {
 		if holders[p] {
 			tr.seedHolders++
@@ -94,6 +100,8 @@ func (k *kadNet) tracedFind(t *testing.T, c *lookupCase) lookupTrace {
 		t.Fatalf("node %d looking for %q found %+v, want the provider, node %d", c.finder, c.profile, hints, c.provider)
 	}
 
+	// The seeds, and the connected servers FindProviders asks directly,
+	// are at depth 1: known before the lookup.
 	depth := map[peer.ID]int{}
 	for _, p := range seeds {
 		depth[p] = 1
@@ -110,7 +118,7 @@ func (k *kadNet) tracedFind(t *testing.T, c *lookupCase) lookupTrace {
 			tr.dials++
 		case routing.SendingQuery:
 			if depth[p] == 0 {
-				depth[p] = 1 // not a seed nor heard of: cannot happen; count it as a seed
+				depth[p] = 1 // a connected server asked directly
 			}
 			tr.queried++
 			if holders[p] && tr.hops == 0 {
@@ -133,6 +141,7 @@ type lookupStats struct {
 	took                         []time.Duration // sorted
 	hops                         []int           // sorted
 	dialed, oneHop, seedsHolding int
+	nearHolding                  int
 	queried, dials               int
 	seeds, seedsConnected        int
 }
@@ -148,8 +157,8 @@ func (s lookupStats) String() string {
 		rtt := float64(2 * s.latency)
 		out += fmt.Sprintf(" (%.2f and %.2f round trips)", float64(percentile(s.took, 50))/rtt, float64(s.took[n-1])/rtt)
 	}
-	return out + fmt.Sprintf("; hops p50 %d, max %d; %d of %d found in one hop; %d of %d reached the holder over a new connection; %d of %d had a holder among their seeds; %.1f queries and %.1f dials per lookup; connected to %d of %d seeds",
-		s.hops[(50*n+99)/100-1], s.hops[n-1], s.oneHop, n, s.dialed, n, s.seedsHolding, n,
+	return out + fmt.Sprintf("; hops p50 %d, max %d; %d of %d found in one hop; %d of %d reached the holder over a new connection; %d of %d had a holder among their seeds, %d of %d among the %d connected servers closest to the key; %.1f queries and %.1f dials per lookup; connected to %d of %d seeds",
+		s.hops[(50*n+99)/100-1], s.hops[n-1], s.oneHop, n, s.dialed, n, s.seedsHolding, n, s.nearHolding, n, nearProbes,
 		float64(s.queried)/float64(n), float64(s.dials)/float64(n), s.seedsConnected, s.seeds)
 }
 
@@ -172,6 +181,9 @@ func (m *scaleMesh) timeToProvider(t *testing.T, rng *rand.Rand, runs int, tag s
 		}
 		if tr.seedHolders > 0 {
 			s.seedsHolding++
+		}
+		if tr.nearHolder {
+			s.nearHolding++
 		}
 		s.queried += tr.queried
 		s.dials += tr.dials

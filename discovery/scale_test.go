@@ -46,6 +46,8 @@ import (
 // KITH_SCALE_CONNMGR (on, the default, or off) gives every host a node's
 // connection manager (scale_conns_test.go). KITH_SCALE_GRAPHS picks the
 // graphs: sparse, dht, or lookup (the DHT's bootstrap and lookups only).
+// KITH_SCALE_LOOKUPS (default 20) is how many lookups time-to-provider
+// traces on each mesh.
 
 // scaleEnv reads the harness's settings.
 type scaleEnv struct {
@@ -69,6 +71,8 @@ type scaleEnv struct {
 	// gossipOnDHT runs the gossip phases on the DHT's connections;
 	// KITH_SCALE_GRAPHS=lookup measures the DHT's lookups only.
 	gossipOnDHT bool
+	// lookups is how many DHT lookups are traced (KITH_SCALE_LOOKUPS).
+	lookups int
 }
 
 func readScaleEnv(t *testing.T) scaleEnv {
@@ -76,7 +80,7 @@ func readScaleEnv(t *testing.T) scaleEnv {
 	if !ok {
 		t.Skip("scale harness off: set KITH_SCALE_N, e.g. KITH_SCALE_N=300 go test -run TestScale -v -timeout 30m ./discovery (KITH_SCALE_LATENCY=20ms adds link latency; docs/scale.md)")
 	}
-	e := scaleEnv{speed: 5, legacyPubs: 100, seed: 14, dhtSpeed: 2, dhtLegacyPubs: 20, connMgr: true}
+	e := scaleEnv{speed: 5, legacyPubs: 100, seed: 14, dhtSpeed: 2, dhtLegacyPubs: 20, connMgr: true, lookups: 20}
 	var err error
 	if e.n, err = strconv.Atoi(s); err != nil || e.n < 50 {
 		t.Fatalf("KITH_SCALE_N=%q: want a number of nodes, at least 50", s)
@@ -102,6 +106,11 @@ func readScaleEnv(t *testing.T) scaleEnv {
 			}
 		}
 		*v = min(*v, e.n)
+	}
+	if s := os.Getenv("KITH_SCALE_LOOKUPS"); s != "" {
+		if e.lookups, err = strconv.Atoi(s); err != nil || e.lookups < 1 {
+			t.Fatalf("KITH_SCALE_LOOKUPS=%q: want a number of lookups, at least 1", s)
+		}
 	}
 	pubs("KITH_SCALE_LEGACY_PUBLISHERS", &e.legacyPubs)
 	pubs("KITH_SCALE_DHT_LEGACY_PUBLISHERS", &e.dhtLegacyPubs)
@@ -849,7 +858,7 @@ func TestScale(t *testing.T) {
 			t.Logf("scale: connection managers trimmed once the grace period (%v) was over; %s", scaleConnGrace, m.connStats())
 		}
 		measure := func(tag string) {
-			st := m.timeToProvider(t, rng, 20, tag)
+			st := m.timeToProvider(t, rng, env.lookups, tag)
 			lookups = append(lookups, st)
 			t.Logf("scale: DHT time-to-provider: %s; %s; load average %s", st, m.connStats(), loadAvg())
 		}
