@@ -103,6 +103,18 @@ const (
 	nearProbes = 3
 	// probeTimeout bounds one direct question to a connected server.
 	probeTimeout = 10 * time.Second
+	// keptBuckets: the peers of the routing table's keptBuckets widest
+	// buckets (those sharing fewer leading bits with this node's key)
+	// are kept connected (keep). kad-dht protects the same peers from
+	// this node's connection manager.
+	keptBuckets = 2
+	// keepInterval is how often keep looks for kept peers that are not
+	// connected, besides when one disconnects.
+	keepInterval = 30 * time.Second
+	// keepDials bounds the dials keep runs at once, and keepDialTimeout
+	// each one.
+	keepDials       = 8
+	keepDialTimeout = 10 * time.Second
 	// maxDroppedSeen caps the bad provider IDs one FindProviders
 	// remembers so as to count each once.
 	maxDroppedSeen = 1024
@@ -394,7 +406,13 @@ func (d *DHT) Advertise(ctx context.Context, profiles []string) error {
 // profile's key. A profile that is dropped is no longer re-advertised; its
 // records lapse within 48 hours, and nobody trusts them anyway until the
 // node's signed capability assertion says so. Run returns when ctx ends.
+//
+// Run also keeps the peers of the routing table's two widest buckets
+// connected (keep).
 func (d *DHT) Run(ctx context.Context, profiles func() []string) {
+	var kept sync.WaitGroup
+	defer kept.Wait()
+	kept.Go(func() { d.keep(ctx) })
 	current := normalizeProfiles(profiles())
 	next := time.NewTimer(0)
 	defer next.Stop()
@@ -445,6 +463,84 @@ func (d *DHT) Run(ctx context.Context, profiles func() []string) {
 			next.Reset(wait)
 		}
 	}
+}
+
+// keep redials the peers of the routing table's keptBuckets widest
+// buckets when they are not connected: at once when one disconnects, and
+// every keepInterval, until ctx ends.
+//
+// A lookup starts from the routing-table peers closest to its key, and
+// for three keys in four they come from those two buckets; a connection
+// that exists saves the lookup a round trip or more (the handshake and
+// identify) before its first answer. kad-dht protects these peers from
+// this node's connection manager, but a connection closes when either end
+// trims it, and the other end rarely has this node in its own widest
+// buckets: without keep, a node with a connection manager was connected
+// to about a third of a lookup's first peers (docs/scale.md). Each node
+// keeps about 2 × 20 peers and is kept by about as many, well under the
+// connection manager's low water mark.
+func (d *DHT) keep(ctx context.Context) {
+	wake := make(chan struct{}, 1)
+	notifee := &network.NotifyBundle{DisconnectedF: func(_ network.Network, c network.Conn) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}}
+	d.h.Network().Notify(notifee)
+	defer d.h.Network().StopNotify(notifee)
+	tick := time.NewTicker(keepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-wake:
+		}
+		d.redialKept(ctx)
+	}
+}
+
+// keptPeers are the routing-table peers keep keeps connected.
+func (d *DHT) keptPeers() []peer.ID {
+	self := kb.ConvertPeerID(d.h.ID())
+	var out []peer.ID
+	for _, p := range d.kad.RoutingTable().ListPeers() {
+		if kb.CommonPrefixLen(self, kb.ConvertPeerID(p)) < keptBuckets {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// redialKept dials the kept peers that are not connected, keepDials at a
+// time, and returns once every dial has ended. A peer that cannot be
+// reached stays in the routing table until kad-dht drops it; the swarm's
+// dial backoff spaces out the tries.
+func (d *DHT) redialKept(ctx context.Context) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, keepDials)
+	for _, p := range d.keptPeers() {
+		if d.h.Network().Connectedness(p) == network.Connected {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, keepDialTimeout)
+			defer cancel()
+			if err := d.h.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
+				d.log.Debug("kept peer unreachable", "peer", p, "error", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func (d *DHT) advertiseRound(ctx context.Context, profiles []string) error {

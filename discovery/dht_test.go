@@ -18,6 +18,7 @@ import (
 	"github.com/ipfs/go-cid"
 	kaddht "github.com/libp2p/go-libp2p-kad-dht"
 	dhtpb "github.com/libp2p/go-libp2p-kad-dht/pb"
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	p2pcrypto "github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
@@ -812,4 +813,60 @@ func mustPeerID(t *testing.T) peer.ID {
 		t.Fatal(err)
 	}
 	return id.PeerID()
+}
+
+// TestDHTKeepsWidestBuckets: a routing-table peer of the two widest
+// buckets that the other end disconnects is dialled again; one of a
+// narrower bucket is not kept.
+func TestDHTKeepsWidestBuckets(t *testing.T) {
+	checkNoLeaks(t)
+	// Hosts until node 0 has a peer in its widest buckets (cpl < 2) and
+	// one in a narrower bucket: 1 in 4 random peers is the latter.
+	var k *kadNet
+	var wide, narrow int
+	for try := 0; ; try++ {
+		k = newKadNet(t, 6, serverMode)
+		self := kb.ConvertPeerID(k.hosts[0].ID())
+		wide, narrow = -1, -1
+		for i := 1; i < len(k.hosts); i++ {
+			if kb.CommonPrefixLen(self, kb.ConvertPeerID(k.hosts[i].ID())) < keptBuckets {
+				wide = max(wide, i)
+			} else {
+				narrow = max(narrow, i)
+			}
+		}
+		if wide > 0 && narrow > 0 {
+			break
+		}
+		if try == 20 {
+			t.Fatal("no mix of wide and narrow peers in 20 tries")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := k.dhts[0].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[wide]), addrInfo(k.hosts[narrow])}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "both peers in the routing table", func() bool {
+		return k.dhts[0].InRoutingTable(k.hosts[wide].ID()) && k.dhts[0].InRoutingTable(k.hosts[narrow].ID())
+	})
+	kept := k.dhts[0].keptPeers()
+	if !slices.Contains(kept, k.hosts[wide].ID()) || slices.Contains(kept, k.hosts[narrow].ID()) {
+		t.Fatalf("kept %v; want node %d (widest buckets) and not node %d", kept, wide, narrow)
+	}
+
+	kctx, kcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		kcancel()
+		wg.Wait()
+	}()
+	wg.Go(func() { k.dhts[0].keep(kctx) })
+	// The other end trims the connection, as its connection manager would.
+	if err := k.hosts[wide].Network().ClosePeer(k.hosts[0].ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the kept peer connected again", func() bool {
+		return k.hosts[0].Network().Connectedness(k.hosts[wide].ID()) == network.Connected
+	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	basicconnmgr "github.com/libp2p/go-libp2p/p2p/net/connmgr"
 
 	"github.com/kithmesh/kith/node/config"
@@ -133,4 +134,49 @@ func (m *scaleMesh) trimAll(since time.Time) {
 		})
 	}
 	wg.Wait()
+}
+
+// keepAll runs every node's keep (DHT.Run's), which redials the peers of
+// its routing table's two widest buckets when they disconnect, until the
+// test ends.
+func (m *scaleMesh) keepAll(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	for _, d := range m.dhts {
+		wg.Go(func() { d.keep(ctx) })
+	}
+}
+
+// waitKept waits, up to a minute, until the kept peers that the trim
+// disconnected are connected again (all but 1%, or no change in three
+// seconds), and logs how many are.
+func (m *scaleMesh) waitKept(t *testing.T) {
+	start := time.Now()
+	var kept, connected, last, same int
+	for {
+		kept, connected = 0, 0
+		for i, d := range m.dhts {
+			for _, p := range d.keptPeers() {
+				kept++
+				if m.hosts[i].Network().Connectedness(p) == network.Connected {
+					connected++
+				}
+			}
+		}
+		if connected == last {
+			same++
+		} else {
+			same = 0
+		}
+		last = connected
+		if kept-connected <= kept/100 || same == 3 || time.Since(start) > time.Minute {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("scale: %d of %d kept peers (the routing tables' two widest buckets) connected %v after the trim; %s", connected, kept, time.Since(start).Round(time.Millisecond), m.connStats())
 }
