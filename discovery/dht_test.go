@@ -137,21 +137,32 @@ func (k *kadNet) holdsRecord(tb testing.TB, i int, profile string) bool {
 }
 
 // pickFinder picks a node other than provider that neither stores the
-// record nor is connected to the provider (closing that connection if
-// need be), so that finding the provider takes a real lookup.
+// record nor is connected to the provider, so that finding the provider
+// takes a real lookup: one that is not connected if there is one, else
+// one whose connection it closes. (A node that keeps its widest buckets
+// connected, DHT.keep, would dial a closed connection again.)
 func (k *kadNet) pickFinder(tb testing.TB, rng *rand.Rand, provider int, profile string) int {
 	tb.Helper()
+	prov := k.hosts[provider].ID()
+	candidate := -1
 	for _, i := range rng.Perm(len(k.dhts)) {
 		if i == provider || k.holdsRecord(tb, i, profile) {
 			continue
 		}
-		if err := k.hosts[i].Network().ClosePeer(k.hosts[provider].ID()); err != nil {
-			tb.Fatal(err)
+		if k.hosts[i].Network().Connectedness(prov) != network.Connected {
+			return i
 		}
-		return i
+		if candidate < 0 {
+			candidate = i
+		}
 	}
-	tb.Fatalf("every node stores the record of %q", profile)
-	return -1
+	if candidate < 0 {
+		tb.Fatalf("every node stores the record of %q", profile)
+	}
+	if err := k.hosts[candidate].Network().ClosePeer(prov); err != nil {
+		tb.Fatal(err)
+	}
+	return candidate
 }
 
 type lookupSample struct {
