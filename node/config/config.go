@@ -193,7 +193,10 @@ type Discovery struct {
 	// ConnsLow and ConnsHigh are the connection manager's water marks:
 	// past ConnsHigh connections it closes the least useful down to
 	// ConnsLow, DHT-only peers first. Static peers, relays and peers this
-	// node delegates with are kept. Default: 64 and 192.
+	// node delegates with are kept, and so are the DHT's peers of the two
+	// widest buckets of its routing table (about 40 in a large mesh),
+	// which it dials again when the other end closes them: lookups start
+	// there. Default: 64 and 192.
 	ConnsLow  int `toml:"conns_low"`
 	ConnsHigh int `toml:"conns_high"`
 }
