@@ -678,7 +678,7 @@ func TestFindProvidersAsksConnectedServers(t *testing.T) {
 	if err := k.dhts[1].Advertise(ctx, []string{"llm"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "node 0 to store the record", func() bool { return k.holdsRecord(t, 0, "llm") })
+	labtest.WaitFor(t, 10*time.Second, "node 0 to store the record", func() bool { return k.holdsRecord(t, 0, "llm") })
 	connectServer(t, ctx, k.hosts[2], k.hosts[0])
 	if n := k.dhts[2].kad.RoutingTable().Size(); n != 0 {
 		t.Fatalf("the finder's routing table holds %d peers, want none", n)
@@ -799,22 +799,10 @@ func connectServer(t *testing.T, ctx context.Context, h, server host.Host) {
 	if err := h.Connect(ctx, addrInfo(server)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "identify", func() bool {
+	labtest.WaitFor(t, 10*time.Second, "identify", func() bool {
 		p, err := h.Peerstore().FirstSupportedProtocol(server.ID(), kadProtocol)
 		return err == nil && p != ""
 	})
-}
-
-// waitFor polls cond until it holds, failing the test when ctx ends first.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 func mustPeerID(t *testing.T) peer.ID {
@@ -858,7 +846,7 @@ func TestDHTKeepsWidestBuckets(t *testing.T) {
 	if err := k.dhts[0].Bootstrap(ctx, []peer.AddrInfo{addrInfo(k.hosts[wide]), addrInfo(k.hosts[narrow])}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "both peers in the routing table", func() bool {
+	labtest.WaitFor(t, 10*time.Second, "both peers in the routing table", func() bool {
 		return k.dhts[0].InRoutingTable(k.hosts[wide].ID()) && k.dhts[0].InRoutingTable(k.hosts[narrow].ID())
 	})
 	kept := k.dhts[0].keptPeers()
@@ -877,7 +865,7 @@ func TestDHTKeepsWidestBuckets(t *testing.T) {
 	if err := k.hosts[wide].Network().ClosePeer(k.hosts[0].ID()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the kept peer connected again", func() bool {
+	labtest.WaitFor(t, 10*time.Second, "the kept peer connected again", func() bool {
 		return k.hosts[0].Network().Connectedness(k.hosts[wide].ID()) == network.Connected
 	})
 }
