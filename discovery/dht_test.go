@@ -722,7 +722,7 @@ func TestFindProvidersBadAnswers(t *testing.T) {
 		}
 		return b
 	}
-	provider := peer.AddrInfo{ID: mustPeerID(t), Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/1")}}
+	provider := peer.AddrInfo{ID: testPeer(t, 7), Addrs: []ma.Multiaddr{ma.StringCast("/ip4/127.0.0.1/tcp/1")}}
 	otherKey := dhtpb.NewMessage(dhtpb.Message_GET_PROVIDERS, ProfileKey("other").Hash(), 0)
 	otherKey.ProviderPeers = dhtpb.RawPeerInfosToPBPeers([]peer.AddrInfo{provider})
 	wrongType := dhtpb.NewMessage(dhtpb.Message_FIND_NODE, key, 0)
@@ -805,15 +805,6 @@ func connectServer(t *testing.T, ctx context.Context, h, server host.Host) {
 	})
 }
 
-func mustPeerID(t *testing.T) peer.ID {
-	t.Helper()
-	id, err := crypto.GenerateIdentity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id.PeerID()
-}
-
 // TestDHTKeepsWidestBuckets: a routing-table peer of the two widest
 // buckets that the other end disconnects is dialled again; one of a
 // narrower bucket is not kept.
@@ -860,12 +851,23 @@ func TestDHTKeepsWidestBuckets(t *testing.T) {
 		kcancel()
 		wg.Wait()
 	}()
-	wg.Go(func() { k.dhts[0].keep(kctx) })
-	// The other end trims the connection, as its connection manager would.
+	// Run keeps them, as on a node (no profiles to advertise).
+	wg.Go(func() { k.dhts[0].Run(kctx, func() []string { return nil }) })
+	// The other end trims the connection, as its connection manager
+	// would; node 0 must open a new one (host 0 may still see the old one
+	// for a moment, so connections are counted, not looked at).
+	var opened atomic.Int32
+	notifee := &network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
+		if c.RemotePeer() == k.hosts[wide].ID() {
+			opened.Add(1)
+		}
+	}}
+	k.hosts[0].Network().Notify(notifee)
+	defer k.hosts[0].Network().StopNotify(notifee)
 	if err := k.hosts[wide].Network().ClosePeer(k.hosts[0].ID()); err != nil {
 		t.Fatal(err)
 	}
 	labtest.WaitFor(t, 10*time.Second, "the kept peer connected again", func() bool {
-		return k.hosts[0].Network().Connectedness(k.hosts[wide].ID()) == network.Connected
+		return opened.Load() > 0 && k.hosts[0].Network().Connectedness(k.hosts[wide].ID()) == network.Connected
 	})
 }
