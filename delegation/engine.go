@@ -211,7 +211,7 @@ type core struct {
 	recovered chan struct{}
 
 	subsMu sync.Mutex
-	subs   map[subKey]map[chan store.Event]*atomic.Bool // a subscriber's channel → whether it missed an event
+	subs   map[subKey]map[chan store.Event]*subscription
 
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
@@ -271,7 +271,7 @@ func New(cfg Config) (*Engine, error) {
 		id:         cfg.Identity,
 		st:         cfg.Store,
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
-		subs:       make(map[subKey]map[chan store.Event]*atomic.Bool),
+		subs:       make(map[subKey]map[chan store.Event]*subscription),
 		recovered:  make(chan struct{}),
 	}
 	p := &providerHalf{
@@ -433,19 +433,30 @@ func (e *core) Subscribe(role store.Role, id protocol.DelegationID) (<-chan stor
 	return ch, cancel
 }
 
-// subscribe is Subscribe, and also says whether the subscriber has missed
-// an event (its channel was full).
-func (e *core) subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, *atomic.Bool, func()) {
+// subscription is what a subscriber is told beside its channel's events.
+type subscription struct {
+	// missed: the channel was full when an event came, and one is lost.
+	missed atomic.Bool
+	// final is the delegation as the transition that ended it wrote it,
+	// result included and offer left out, set before that transition's
+	// event is sent: Wait returns it without reading the store. Only a
+	// transition that set the result hands it over (see transitionAfter).
+	final atomic.Pointer[store.Delegation]
+}
+
+// subscribe is Subscribe, and also tells the subscriber whether it has
+// missed an event (its channel was full) and how the delegation ended.
+func (e *core) subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, *subscription, func()) {
 	ch := make(chan store.Event, 64)
-	missed := new(atomic.Bool)
+	sub := new(subscription)
 	k := subKey{role, id}
 	e.subsMu.Lock()
 	if e.subs[k] == nil {
-		e.subs[k] = make(map[chan store.Event]*atomic.Bool)
+		e.subs[k] = make(map[chan store.Event]*subscription)
 	}
-	e.subs[k][ch] = missed
+	e.subs[k][ch] = sub
 	e.subsMu.Unlock()
-	return ch, missed, func() {
+	return ch, sub, func() {
 		e.subsMu.Lock()
 		delete(e.subs[k], ch)
 		if len(e.subs[k]) == 0 {
@@ -456,13 +467,21 @@ func (e *core) subscribe(role store.Role, id protocol.DelegationID) (<-chan stor
 }
 
 func (e *core) publish(role store.Role, id protocol.DelegationID, ev store.Event) {
+	e.publishFinal(role, id, ev, nil)
+}
+
+// publishFinal is publish, handing each subscriber final first (when not nil).
+func (e *core) publishFinal(role store.Role, id protocol.DelegationID, ev store.Event, final *store.Delegation) {
 	e.subsMu.Lock()
 	defer e.subsMu.Unlock()
-	for ch, missed := range e.subs[subKey{role, id}] {
+	for ch, sub := range e.subs[subKey{role, id}] {
+		if final != nil {
+			sub.final.Store(final)
+		}
 		select {
 		case ch <- ev:
 		default:
-			missed.Store(true)
+			sub.missed.Store(true)
 		}
 	}
 }
@@ -489,7 +508,15 @@ func (e *core) transitionAfter(role store.Role, id protocol.DelegationID, before
 	if ev.Type == "" {
 		ev.Type = store.EventState
 	}
-	e.publish(role, id, ev)
+	// A transition that ends a delegation and sets its result wrote all
+	// that Wait returns: d is the record as stored, with the result. One
+	// that leaves the result alone does not have it in d (the store does
+	// not read blobs it does not rewrite), so Wait reads it then.
+	var final *store.Delegation
+	if to.Terminal() && d.Result != nil {
+		final = &d
+	}
+	e.publishFinal(role, id, ev, final)
 	return d, nil
 }
 

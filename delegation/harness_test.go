@@ -199,6 +199,10 @@ func delegateAndWait(t *testing.T, n *testNode, req Request) store.Delegation {
 	if err != nil {
 		t.Fatalf("wait %s: %v (state %s)", id, err, d.State)
 	}
+	// Wait leaves the offer out; the tests look at it too.
+	if d, err = n.engine().Get(id); err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
 

@@ -7,11 +7,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -56,7 +58,7 @@ func TestWaitAfterMissedEvents(t *testing.T) {
 		e.subsMu.Lock()
 		defer e.subsMu.Unlock()
 		for _, m := range e.subs[k] {
-			return m.Load()
+			return m.missed.Load()
 		}
 		return false
 	}
@@ -79,6 +81,89 @@ func TestWaitAfterMissedEvents(t *testing.T) {
 	}
 	if w.d.State != protocol.StateCompleted {
 		t.Fatalf("Wait returned state %s, want completed", w.d.State)
+	}
+}
+
+// TestWaitHandsOverResult: the transition that ends a delegation with its
+// result hands that delegation to Wait, which returns it without reading
+// the store, and it is exactly what the store holds (offer left out). A
+// transition that ends it without touching the result (a cancel after a
+// result was stored) hands nothing over: Wait then reads the stored result,
+// where a handed-over record would have none.
+func TestWaitHandsOverResult(t *testing.T) {
+	nd := newMesh(t, 1, nil)[0]
+	e := nd.eng
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name     string
+		stored   []byte // a result stored before the terminal transition
+		final    []byte // the result the terminal transition sets
+		handover bool
+	}{
+		{name: "result set by the transition", final: []byte("final result"), handover: true},
+		{name: "result stored before a cancel", stored: []byte("earlier result")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := protocol.NewDelegationID()
+			if err := e.create(store.Delegation{ID: id, Role: store.RoleRequester, Peer: nd.host.ID(),
+				State: protocol.StateOffered, Offer: []byte("the offer")}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.stored != nil {
+				if _, err := e.st.UpdateDelegation(store.RoleRequester, id, func(d *store.Delegation) error {
+					d.Result = tc.stored
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ch, sub, unsubscribe := e.subscribe(store.RoleRequester, id)
+			defer unsubscribe()
+			type waited struct {
+				d   store.Delegation
+				err error
+			}
+			got := make(chan waited, 1)
+			go func() {
+				d, err := e.Wait(ctx, id)
+				got <- waited{d, err}
+			}()
+			k := subKey{store.RoleRequester, id}
+			labtest.WaitFor(t, 10*time.Second, "Wait subscribed", func() bool {
+				e.subsMu.Lock()
+				defer e.subsMu.Unlock()
+				return len(e.subs[k]) == 2
+			})
+			to := protocol.StateCompleted
+			var mutate func(*store.Delegation)
+			if tc.final != nil {
+				mutate = func(d *store.Delegation) { d.Result = tc.final }
+			} else {
+				to = protocol.StateCancelled
+			}
+			if _, err := e.transition(store.RoleRequester, id, to, store.Event{}, mutate); err != nil {
+				t.Fatal(err)
+			}
+			<-ch
+			if f := sub.final.Load(); (f != nil) != tc.handover {
+				t.Fatalf("handed over: %v, want %v", f != nil, tc.handover)
+			}
+			w := <-got
+			if w.err != nil {
+				t.Fatal(w.err)
+			}
+			want, err := e.st.DelegationResult(store.RoleRequester, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(w.d, want) {
+				t.Fatalf("Wait returned\n%+v\nthe store holds\n%+v", w.d, want)
+			}
+			if w.d.State != to || w.d.Offer != nil || !bytes.Equal(w.d.Result, append(tc.stored, tc.final...)) {
+				t.Fatalf("Wait returned state %s, offer %q, result %q", w.d.State, w.d.Offer, w.d.Result)
+			}
+		})
 	}
 }
 

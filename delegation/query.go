@@ -19,34 +19,52 @@ func (e *core) Get(id protocol.DelegationID) (store.Delegation, error) {
 }
 
 // Wait blocks until the delegation this node requested is terminal, or ctx
-// ends.
+// ends. It returns the delegation with its Result but without its Offer
+// (Get has both): a waiter has the task it sent, and reading a large one
+// back would cost more than the rest of the wait.
 func (e *core) Wait(ctx context.Context, id protocol.DelegationID) (store.Delegation, error) {
-	ch, missed, cancel := e.subscribe(store.RoleRequester, id)
+	ch, sub, cancel := e.subscribe(store.RoleRequester, id)
 	defer cancel()
-	// The record alone says whether it is over (reading a large offer on
-	// every streamed status would cost more than the stream), and it is
-	// read only when it may have changed to a terminal state: at first, on
-	// an event whose state is terminal (every state change is published
-	// with the state it made), and once an event was missed.
-	read := true
+	// The delegation is read only when it may have changed to a terminal
+	// state: at first, on an event whose state is terminal (every state
+	// change is published with the state it made), and once an event was
+	// missed. The first read takes the record alone; after a terminal
+	// event, the transition that wrote it usually handed the delegation
+	// over (subscription.final), and nothing is read.
+	d, err := e.st.DelegationInfo(store.RoleRequester, id)
+	if err != nil {
+		return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
+	}
+	if d.State.Terminal() {
+		return e.finished(id)
+	}
 	for {
-		if read {
-			d, err := e.st.DelegationInfo(store.RoleRequester, id)
-			if err != nil {
-				return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
-			}
-			if d.State.Terminal() {
-				return e.Get(id)
-			}
-		}
 		select {
 		case <-ctx.Done():
 			d, _ := e.st.DelegationInfo(store.RoleRequester, id)
 			return d, ctx.Err()
 		case ev := <-ch:
-			read = ev.State.Terminal() || missed.Load()
+			if f := sub.final.Load(); f != nil {
+				return *f, nil
+			}
+			if !ev.State.Terminal() && !sub.missed.Load() {
+				continue
+			}
+			if d, err := e.finished(id); err != nil || d.State.Terminal() {
+				return d, err
+			}
 		}
 	}
+}
+
+// finished reads a delegation this node requested, with its Result and
+// without its Offer.
+func (e *core) finished(id protocol.DelegationID) (store.Delegation, error) {
+	d, err := e.st.DelegationResult(store.RoleRequester, id)
+	if err != nil {
+		return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
+	}
+	return d, nil
 }
 
 // Result decodes the stored result of a finished delegation.

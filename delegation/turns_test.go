@@ -130,6 +130,9 @@ func TestMultiTurnOverMesh(t *testing.T) {
 	if err != nil || d.State != protocol.StateCompleted {
 		t.Fatalf("state %s (%s) %v", d.State, d.Reason, err)
 	}
+	if d, err = req.engine().Get(id); err != nil { // with the offer, which Wait leaves out
+		t.Fatal(err)
+	}
 	if got := Output(d); got != "asked which language for the report? told English" {
 		t.Fatalf("output %q", got)
 	}

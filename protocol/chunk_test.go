@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol/pb"
@@ -142,7 +143,7 @@ func TestJoinChunksRefusesBadSequences(t *testing.T) {
 				rest = rest[1:]
 				return f, nil
 			}
-			got, err := joinChunks(c.first, c.limit, next, semaphore.NewWeighted(JoinBudget))
+			got, err := joinChunks(c.first.GetTotalSize(), c.first.GetData(), c.limit, next, semaphore.NewWeighted(JoinBudget))
 			if err == nil || got != nil {
 				t.Fatalf("joined %d bytes, err %v; want an error", len(got), err)
 			}
@@ -161,7 +162,7 @@ func FuzzJoinChunks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, total uint64, data, frames []byte) {
 		fr := NewFrameReader(bytes.NewReader(frames), 1<<16)
 		next := func() ([]byte, error) { return fr.ReadFrame() }
-		out, err := joinChunks(&pb.Chunk{TotalSize: total, Data: data}, 4*ChunkSize, next, semaphore.NewWeighted(8*ChunkSize))
+		out, err := joinChunks(total, data, 4*ChunkSize, next, semaphore.NewWeighted(8*ChunkSize))
 		if err == nil && uint64(len(out)) != total {
 			t.Fatalf("joined %d bytes, declared %d", len(out), total)
 		}
@@ -196,11 +197,11 @@ func TestJoinBudgetBoundsAllJoins(t *testing.T) {
 			}
 			return f, err
 		}
-		_, _ = joinChunks(&pb.Chunk{TotalSize: 10 * ChunkSize, Data: piece}, 0, wrapped, budget)
+		_, _ = joinChunks(10*ChunkSize, piece, 0, wrapped, budget)
 	}()
 	<-held
 	// A second join fits one more chunk, then runs out of budget.
-	_, err := joinChunks(&pb.Chunk{TotalSize: 10 * ChunkSize, Data: piece}, 0, frames(5), budget)
+	_, err := joinChunks(10*ChunkSize, piece, 0, frames(5), budget)
 	if !errors.Is(err, ErrPayloadTooLarge) {
 		t.Fatalf("join past the budget: %v, want ErrPayloadTooLarge", err)
 	}
@@ -236,4 +237,107 @@ func TestChunkEncodingMatchesProto(t *testing.T) {
 			t.Fatalf("total %d: hand-encoded chunk differs from proto.Marshal", total)
 		}
 	}
+}
+
+// plainChunk reads a chunk without copying its data only when
+// proto.Unmarshal would read the same: every encoding it accepts decodes,
+// by proto, to a chunk with the same total and data, and the encodings
+// kith sends are all accepted. Others (fields twice, unknown fields, a
+// chunk beside another body) are left to proto.Unmarshal.
+func TestPlainChunkMatchesProto(t *testing.T) {
+	data := bytes.Repeat([]byte{7}, 300)
+	tag := func(b []byte, num protowire.Number, typ protowire.Type) []byte {
+		return protowire.AppendTag(b, num, typ)
+	}
+	inner := func(fields ...[]byte) []byte {
+		var b []byte
+		for _, f := range fields {
+			b = append(b, f...)
+		}
+		return b
+	}
+	totalField := func(v uint64) []byte { return protowire.AppendVarint(tag(nil, 1, protowire.VarintType), v) }
+	dataField := func(d []byte) []byte { return protowire.AppendBytes(tag(nil, 2, protowire.BytesType), d) }
+	message := func(in []byte) []byte {
+		return protowire.AppendBytes(tag(nil, messageChunkField, protowire.BytesType), in)
+	}
+	cases := []struct {
+		name  string
+		pt    []byte
+		plain bool
+	}{
+		{"first chunk", chunkFrame(t, 3*ChunkSize, data), true},
+		{"later chunk", chunkFrame(t, 0, data), true},
+		{"data before total", message(inner(dataField(data), totalField(5))), true},
+		{"total alone", message(inner(totalField(5))), true},
+		{"empty chunk", message(nil), true},
+		{"data twice", message(inner(dataField(data), dataField([]byte("x")))), false},
+		{"total twice", message(inner(totalField(5), totalField(6), dataField(data))), false},
+		{"unknown field in the chunk", message(inner(totalField(5), protowire.AppendVarint(tag(nil, 3, protowire.VarintType), 1), dataField(data))), false},
+		{"total as bytes", message(inner(protowire.AppendBytes(tag(nil, 1, protowire.BytesType), []byte{1}), dataField(data))), false},
+		{"another body, then the chunk", append(protowire.AppendBytes(tag(nil, 8, protowire.BytesType), nil), message(inner(dataField(data)))...), false},
+		{"the chunk, then another body", append(message(inner(dataField(data))), protowire.AppendBytes(tag(nil, 8, protowire.BytesType), nil)...), false},
+		{"chunk twice", append(message(inner(totalField(9))), message(inner(dataField(data)))...), false},
+		{"truncated", chunkFrame(t, 0, data)[:100], false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			total, d, ok := plainChunk(c.pt)
+			if ok != c.plain {
+				t.Fatalf("plain: %v, want %v", ok, c.plain)
+			}
+			checkPlainChunk(t, c.pt)
+			if !ok {
+				return
+			}
+			// The data is pt's own memory, not a copy.
+			if len(d) > 0 && !sharesMemory(c.pt, d) {
+				t.Fatal("plainChunk copied the data")
+			}
+			if c.name == "first chunk" && total != 3*ChunkSize {
+				t.Fatalf("total %d, want %d", total, 3*ChunkSize)
+			}
+		})
+	}
+}
+
+// checkPlainChunk fails t when plainChunk accepts pt but proto.Unmarshal
+// decodes it to something else (or refuses it).
+func checkPlainChunk(t *testing.T, pt []byte) {
+	t.Helper()
+	total, data, ok := plainChunk(pt)
+	if !ok {
+		return
+	}
+	var w pb.Message
+	if err := unmarshal("message", pt, &w); err != nil {
+		t.Fatalf("plainChunk read what proto refuses: %v", err)
+	}
+	ch, isChunk := w.GetBody().(*pb.Message_Chunk)
+	if !isChunk {
+		t.Fatalf("plainChunk read a chunk, proto a %T", w.GetBody())
+	}
+	if ch.Chunk.GetTotalSize() != total || !bytes.Equal(ch.Chunk.GetData(), data) {
+		t.Fatalf("plainChunk read total %d and %d bytes, proto total %d and %d bytes",
+			total, len(data), ch.Chunk.GetTotalSize(), len(ch.Chunk.GetData()))
+	}
+}
+
+// FuzzPlainChunk: whatever plainChunk accepts, proto.Unmarshal decodes to
+// the same chunk.
+func FuzzPlainChunk(f *testing.F) {
+	f.Add(chunkFrame(f, 3*ChunkSize, []byte("abc")))
+	f.Add(chunkFrame(f, 0, []byte("abc")))
+	f.Add([]byte{0x4a, 0x02, 0x12, 0x00})
+	f.Fuzz(func(t *testing.T, pt []byte) { checkPlainChunk(t, pt) })
+}
+
+// sharesMemory reports whether sub starts inside b's memory.
+func sharesMemory(b, sub []byte) bool {
+	for i := range b {
+		if &b[i] == &sub[0] {
+			return true
+		}
+	}
+	return false
 }

@@ -482,17 +482,21 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 // timeout, and the plaintext returned is the whole encoding, as if it had
 // come in one frame.
 func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
-	pt, err := c.recvFrame(timeout)
+	pt, err := c.recvFrame(timeout, nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	var w pb.Message
-	if err := unmarshal("message", pt, &w); err != nil {
+	total, data, isChunk, err := chunkOf(pt, &w)
+	if err != nil {
 		return nil, nil, err
 	}
-	if ch, ok := w.GetBody().(*pb.Message_Chunk); ok {
-		next := func() ([]byte, error) { return c.recvFrame(c.opts.ioTimeout()) }
-		if pt, err = joinChunks(ch.Chunk, c.opts.MaxMessage, next, joinBudget); err != nil {
+	if isChunk {
+		// The frames that follow are read into one buffer, reused: each
+		// chunk's data is copied out into the message at once.
+		var scratch []byte
+		next := func() ([]byte, error) { return c.recvFrame(c.opts.ioTimeout(), &scratch) }
+		if pt, err = joinChunks(total, data, c.opts.MaxMessage, next, joinBudget); err != nil {
 			return nil, nil, err
 		}
 		w.Reset()
@@ -507,9 +511,20 @@ func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
 	return m, pt, nil
 }
 
-func (c *Conn) recvFrame(timeout time.Duration) ([]byte, error) {
+// recvFrame reads, and opens, the next sealed frame. With buf, the frame is
+// read into *buf's memory when it fits (see FrameReader.ReadFrameInto),
+// *buf is left holding the frame's buffer for the next call, and the
+// plaintext returned shares its memory: it is good until that next call.
+func (c *Conn) recvFrame(timeout time.Duration, buf *[]byte) ([]byte, error) {
 	for {
-		f, err := ReadFrameDeadline(c.fr, c.s, timeout)
+		var into []byte
+		if buf != nil {
+			into = *buf
+		}
+		f, err := readFrameIntoDeadline(c.fr, c.s, timeout, into)
+		if buf != nil && f != nil {
+			*buf = f
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -548,16 +563,16 @@ var joinBudget = semaphore.NewWeighted(JoinBudget)
 // ends its stream with ErrPayloadTooLarge.
 const JoinBudget = 4 * MaxMessage
 
-// joinChunks reads the chunk frames that follow first (next returns each
-// one's plaintext) until they add up to the size first declares. Memory
-// grows with the bytes received, never past limit (MaxMessage if 0) for
-// this message nor past what budget has left for all of them, whatever
-// size a peer declares.
-func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error), budget *semaphore.Weighted) (_ []byte, err error) {
+// joinChunks reads the chunk frames that follow the first (whose declared
+// total and data are given; next returns each later one's plaintext, which
+// joinChunks does not keep) until they add up to total. Memory grows with
+// the bytes received, never past limit (MaxMessage if 0) for this message
+// nor past what budget has left for all of them, whatever size a peer
+// declares.
+func joinChunks(total uint64, data []byte, limit int, next func() ([]byte, error), budget *semaphore.Weighted) (_ []byte, err error) {
 	if limit <= 0 {
 		limit = MaxMessage
 	}
-	total := first.GetTotalSize()
 	switch {
 	case total <= ChunkSize:
 		return nil, invalid("chunk.total_size", "%d bytes fit in one frame; chunks are for larger messages", total)
@@ -572,9 +587,7 @@ func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error), budget 
 	var held int64
 	defer func() { budget.Release(held) }()
 	var buf []byte
-	ch := first
 	for {
-		data := ch.GetData()
 		if len(data) == 0 || len(buf)+len(data) > int(total) {
 			return nil, invalid("chunk.data", "%d bytes after %d of %d", len(data), len(buf), total)
 		}
@@ -597,13 +610,72 @@ func joinChunks(first *pb.Chunk, limit int, next func() ([]byte, error), budget 
 			return nil, err
 		}
 		var w pb.Message
-		if err := unmarshal("message", pt, &w); err != nil {
+		more, d, isChunk, err := chunkOf(pt, &w)
+		if err != nil {
 			return nil, err
 		}
-		next, ok := w.GetBody().(*pb.Message_Chunk)
-		if !ok || next.Chunk.GetTotalSize() != 0 {
+		if !isChunk || more != 0 {
 			return nil, invalid("chunk", "message interrupted after %d of %d bytes", len(buf), total)
 		}
-		ch = next.Chunk
+		data = d
 	}
+}
+
+// chunkOf decodes a frame's plaintext. For a chunk it returns the total it
+// declares and its data, which shares pt's memory when the chunk is
+// encoded the way every kith node encodes it (queueChunk): reading it
+// costs no copy of the data. Any other message is decoded into w, and so
+// is a chunk encoded some other valid way (its data is then w's copy).
+func chunkOf(pt []byte, w *pb.Message) (total uint64, data []byte, isChunk bool, err error) {
+	if total, data, ok := plainChunk(pt); ok {
+		return total, data, true, nil
+	}
+	if err := unmarshal("message", pt, w); err != nil {
+		return 0, nil, false, err
+	}
+	if ch, ok := w.GetBody().(*pb.Message_Chunk); ok {
+		return ch.Chunk.GetTotalSize(), ch.Chunk.GetData(), true, nil
+	}
+	return 0, nil, false, nil
+}
+
+// plainChunk reads pt as a Message that holds a chunk and nothing else: one
+// Message.chunk field spanning pt, holding at most one total_size and one
+// data field and no other. Exactly then it reports ok, with what
+// proto.Unmarshal would decode (TestPlainChunkMatchesProto); anything else
+// is left to proto.Unmarshal.
+func plainChunk(pt []byte) (total uint64, data []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(pt)
+	if n < 0 || num != messageChunkField || typ != protowire.BytesType {
+		return 0, nil, false
+	}
+	inner, m := protowire.ConsumeBytes(pt[n:])
+	if m < 0 || n+m != len(pt) {
+		return 0, nil, false
+	}
+	var haveTotal, haveData bool
+	for len(inner) > 0 {
+		num, typ, n := protowire.ConsumeTag(inner)
+		if n < 0 {
+			return 0, nil, false
+		}
+		inner = inner[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType && !haveTotal:
+			v, m := protowire.ConsumeVarint(inner)
+			if m < 0 {
+				return 0, nil, false
+			}
+			total, haveTotal, inner = v, true, inner[m:]
+		case num == 2 && typ == protowire.BytesType && !haveData:
+			v, m := protowire.ConsumeBytes(inner)
+			if m < 0 {
+				return 0, nil, false
+			}
+			data, haveData, inner = v, true, inner[m:]
+		default:
+			return 0, nil, false
+		}
+	}
+	return total, data, true
 }

@@ -103,14 +103,24 @@ func (fr *FrameReader) readLength() (uint64, error) {
 // full: memory follows the bytes received, not the bytes declared, and the
 // copying stays linear in n.
 func (fr *FrameReader) readBody(n int) ([]byte, error) {
-	buf := make([]byte, 0, min(n, frameGrowStep))
+	return fr.readBodyInto(n, nil)
+}
+
+// readBodyInto is readBody starting from buf's memory: a body that fits
+// in buf's capacity is read there, with no allocation; a larger one grows
+// from it as readBody's does.
+func (fr *FrameReader) readBodyInto(n int, buf []byte) ([]byte, error) {
+	buf = buf[:0]
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, min(n, frameGrowStep))
+	}
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
 			next := make([]byte, len(buf), min(n, max(2*cap(buf), cap(buf)+frameGrowStep)))
 			copy(next, buf)
 			buf = next
 		}
-		m, err := io.ReadFull(fr.r, buf[len(buf):cap(buf)])
+		m, err := io.ReadFull(fr.r, buf[len(buf):min(cap(buf), n)])
 		buf = buf[:len(buf)+m]
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -120,6 +130,21 @@ func (fr *FrameReader) readBody(n int) ([]byte, error) {
 		}
 	}
 	return buf, nil
+}
+
+// ReadFrameInto is ReadFrame reading into buf's memory when the frame fits
+// in its capacity (else into a larger buffer grown from it): a caller that
+// is done with each frame before it reads the next can read them all into
+// one buffer. The frame returned is buf's memory, or the grown buffer.
+func (fr *FrameReader) ReadFrameInto(buf []byte) ([]byte, error) {
+	n, err := fr.readLength()
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(fr.max) {
+		return nil, fmt.Errorf("%w: %d bytes declared, cap %d", ErrFrameTooLarge, n, fr.max)
+	}
+	return fr.readBodyInto(int(n), buf)
 }
 
 // FrameWriter writes uvarint-length-prefixed frames to a stream.
@@ -178,6 +203,18 @@ func ReadFrameDeadline(fr *FrameReader, d Deadliner, timeout time.Duration) ([]b
 		return nil, fmt.Errorf("protocol: set read deadline: %w", err)
 	}
 	return fr.ReadFrame()
+}
+
+// readFrameIntoDeadline is ReadFrameDeadline reading into buf (see
+// ReadFrameInto); a nil buf reads into a new buffer.
+func readFrameIntoDeadline(fr *FrameReader, d Deadliner, timeout time.Duration, buf []byte) ([]byte, error) {
+	if timeout <= 0 {
+		return nil, errNoTimeout
+	}
+	if err := d.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, fmt.Errorf("protocol: set read deadline: %w", err)
+	}
+	return fr.ReadFrameInto(buf)
 }
 
 // WriteFrameDeadline sets d's write deadline to timeout from now and writes

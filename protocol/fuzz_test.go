@@ -224,7 +224,8 @@ func FuzzDecodeResultProof(f *testing.F) {
 // FuzzFrameReader reads frames (cap fuzzFrameCap) until an error. The frames
 // it returns, written back with FrameWriter, must give exactly the bytes it
 // consumed: prefixes are canonical, nothing is skipped or invented. Reading
-// through io.ByteReader and byte by byte must agree.
+// through io.ByteReader, byte by byte and into one reused buffer
+// (ReadFrameInto) must agree.
 func FuzzFrameReader(f *testing.F) {
 	const fuzzFrameCap = 1024
 	seeds := messageSeeds(f)
@@ -243,7 +244,7 @@ func FuzzFrameReader(f *testing.F) {
 		consumed int
 		err      error
 	}
-	read := func(t *testing.T, in []byte, byteAtATime bool) outcome {
+	read := func(t *testing.T, in []byte, byteAtATime, reuse bool) outcome {
 		br := bytes.NewReader(in)
 		var r io.Reader = br
 		if byteAtATime {
@@ -251,8 +252,19 @@ func FuzzFrameReader(f *testing.F) {
 		}
 		fr := NewFrameReader(r, fuzzFrameCap)
 		var o outcome
+		var buf []byte
 		for {
-			b, err := fr.ReadFrame()
+			var b []byte
+			var err error
+			if reuse {
+				// One buffer for every frame: each is kept as a copy.
+				if b, err = fr.ReadFrameInto(buf); b != nil {
+					buf = b
+					b = bytes.Clone(b)
+				}
+			} else {
+				b, err = fr.ReadFrame()
+			}
 			if err != nil {
 				o.err = err
 				return o
@@ -265,7 +277,7 @@ func FuzzFrameReader(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		o := read(t, in, false)
+		o := read(t, in, false, false)
 		switch {
 		case errors.Is(o.err, io.EOF):
 			if o.consumed != len(in) {
@@ -285,9 +297,13 @@ func FuzzFrameReader(f *testing.F) {
 		if !bytes.Equal(out.Bytes(), in[:o.consumed]) {
 			t.Fatalf("frames re-encode to %x, consumed %x", out.Bytes(), in[:o.consumed])
 		}
-		slow := read(t, in, true)
+		slow := read(t, in, true, false)
 		if !reflect.DeepEqual(slow.frames, o.frames) || slow.consumed != o.consumed || slow.err.Error() != o.err.Error() {
 			t.Fatalf("byte-at-a-time reading disagrees: %d frames, %v vs %d frames, %v", len(slow.frames), slow.err, len(o.frames), o.err)
+		}
+		reused := read(t, in, false, true)
+		if !reflect.DeepEqual(reused.frames, o.frames) || reused.consumed != o.consumed || reused.err.Error() != o.err.Error() {
+			t.Fatalf("reading into one buffer disagrees: %d frames, %v vs %d frames, %v", len(reused.frames), reused.err, len(o.frames), o.err)
 		}
 	})
 }

@@ -137,9 +137,19 @@ func dlgName(role Role, id protocol.DelegationID) string {
 	return "delegation " + role.String() + "/" + id.String()
 }
 
-// getDelegation reads a delegation and its LastSeq; with blobs, also its
-// Offer and Result (callers that only check existence or state skip them).
-func getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs bool) (Delegation, error) {
+// Which blobs getDelegation reads beside the record.
+type blobSet uint8
+
+const (
+	noBlobs    blobSet = 0
+	withOffer  blobSet = 1 << 0
+	withResult blobSet = 1 << 1
+	allBlobs           = withOffer | withResult
+)
+
+// getDelegation reads a delegation and its LastSeq, and the blobs asked for
+// (callers that only check existence or state skip them).
+func getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs blobSet) (Delegation, error) {
 	r, err := getDelegationRecord(txn, role, id)
 	if err != nil {
 		return Delegation{}, err
@@ -151,10 +161,12 @@ func getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs b
 	if d.LastSeq, err = getUint64(txn, eventSeqKey(role, id)); err != nil {
 		return Delegation{}, err
 	}
-	if blobs {
+	if blobs&withOffer != 0 {
 		if d.Offer, err = getBlob(txn, blobKey(role, id, blobOffer)); err != nil {
 			return Delegation{}, err
 		}
+	}
+	if blobs&withResult != 0 {
 		if d.Result, err = getBlob(txn, blobKey(role, id, blobResult)); err != nil {
 			return Delegation{}, err
 		}
@@ -339,7 +351,19 @@ func (s *Store) GetDelegation(role Role, id protocol.DelegationID) (Delegation, 
 	var d Delegation
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
-		d, err = getDelegation(txn, role, id, true)
+		d, err = getDelegation(txn, role, id, allBlobs)
+		return err
+	})
+	return d, err
+}
+
+// DelegationResult is GetDelegation without the Offer: for a requester
+// that has the task it sent and wants the outcome.
+func (s *Store) DelegationResult(role Role, id protocol.DelegationID) (Delegation, error) {
+	var d Delegation
+	err := s.view(func(txn *badger.Txn) error {
+		var err error
+		d, err = getDelegation(txn, role, id, withResult)
 		return err
 	})
 	return d, err
@@ -351,7 +375,7 @@ func (s *Store) DelegationInfo(role Role, id protocol.DelegationID) (Delegation,
 	var d Delegation
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
-		d, err = getDelegation(txn, role, id, false)
+		d, err = getDelegation(txn, role, id, noBlobs)
 		return err
 	})
 	return d, err
@@ -370,7 +394,7 @@ func (s *Store) UpdateDelegation(role Role, id protocol.DelegationID, fn func(*D
 	}
 	var out Delegation
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
-		old, err := getDelegation(txn, role, id, true)
+		old, err := getDelegation(txn, role, id, allBlobs)
 		if err != nil {
 			return err
 		}
@@ -455,7 +479,7 @@ func (s *Store) ListDelegations(f DelegationFilter) ([]Delegation, error) {
 			if f.Role != nil && *f.Role != role {
 				return nil
 			}
-			d, err := getDelegation(txn, role, id, true)
+			d, err := getDelegation(txn, role, id, allBlobs)
 			if err != nil {
 				return fmt.Errorf("store: index %q: %w", item.Key(), err)
 			}
