@@ -514,7 +514,9 @@ func (e *core) transitionAfter(role store.Role, id protocol.DelegationID, before
 	// not read blobs it does not rewrite), so Wait reads it then.
 	var final *store.Delegation
 	if to.Terminal() && d.Result != nil {
-		final = &d
+		f := d
+		f.Offer = nil // as Wait's reads return it, whatever mutate set
+		final = &f
 	}
 	e.publishFinal(role, id, ev, final)
 	return d, nil
