@@ -32,26 +32,8 @@ func TestWaitAfterMissedEvents(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	type waited struct {
-		d   store.Delegation
-		err error
-	}
-	got := make(chan waited, 1)
-	go func() {
-		d, err := e.Wait(ctx, id)
-		got <- waited{d, err}
-	}()
-	// Until Wait has subscribed.
+	got := waitAsync(ctx, t, e, id, 1)
 	k := subKey{store.RoleRequester, id}
-	for {
-		e.subsMu.Lock()
-		n := len(e.subs[k])
-		e.subsMu.Unlock()
-		if n > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
 	// Publish faster than Wait drains its channel (it holds 64) until an
 	// event has been dropped.
 	missed := func() bool {
@@ -120,21 +102,7 @@ func TestWaitHandsOverResult(t *testing.T) {
 			}
 			ch, sub, unsubscribe := e.subscribe(store.RoleRequester, id)
 			defer unsubscribe()
-			type waited struct {
-				d   store.Delegation
-				err error
-			}
-			got := make(chan waited, 1)
-			go func() {
-				d, err := e.Wait(ctx, id)
-				got <- waited{d, err}
-			}()
-			k := subKey{store.RoleRequester, id}
-			labtest.WaitFor(t, 10*time.Second, "Wait subscribed", func() bool {
-				e.subsMu.Lock()
-				defer e.subsMu.Unlock()
-				return len(e.subs[k]) == 2
-			})
+			got := waitAsync(ctx, t, e, id, 2)
 			to := protocol.StateCompleted
 			var mutate func(*store.Delegation)
 			if tc.final != nil {
@@ -165,6 +133,30 @@ func TestWaitHandsOverResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waited is what a Wait returned.
+type waited struct {
+	d   store.Delegation
+	err error
+}
+
+// waitAsync runs Wait for id in the background and returns once it has
+// subscribed, so that subscribers of id number subs.
+func waitAsync(ctx context.Context, t *testing.T, e *Engine, id protocol.DelegationID, subs int) <-chan waited {
+	t.Helper()
+	got := make(chan waited, 1)
+	go func() {
+		d, err := e.Wait(ctx, id)
+		got <- waited{d, err}
+	}()
+	k := subKey{store.RoleRequester, id}
+	labtest.WaitFor(t, 10*time.Second, "Wait subscribed", func() bool {
+		e.subsMu.Lock()
+		defer e.subsMu.Unlock()
+		return len(e.subs[k]) == subs
+	})
+	return got
 }
 
 // TestLargeOfferHashChecked: an offer large enough to be hashed aside

@@ -352,34 +352,26 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 
 // GetDelegation returns the delegation or ErrNotFound.
 func (s *Store) GetDelegation(role Role, id protocol.DelegationID) (Delegation, error) {
-	var d Delegation
-	err := s.view(func(txn *badger.Txn) error {
-		var err error
-		d, err = getDelegation(txn, role, id, allBlobs)
-		return err
-	})
-	return d, err
+	return s.readDelegation(role, id, allBlobs)
 }
 
 // DelegationResult is GetDelegation without the Offer: for a requester
 // that has the task it sent and wants the outcome.
 func (s *Store) DelegationResult(role Role, id protocol.DelegationID) (Delegation, error) {
-	var d Delegation
-	err := s.view(func(txn *badger.Txn) error {
-		var err error
-		d, err = getDelegation(txn, role, id, withResult)
-		return err
-	})
-	return d, err
+	return s.readDelegation(role, id, withResult)
 }
 
 // DelegationInfo is GetDelegation without the Offer and Result: cheap
 // whatever their size, for callers that need the record only.
 func (s *Store) DelegationInfo(role Role, id protocol.DelegationID) (Delegation, error) {
+	return s.readDelegation(role, id, noBlobs)
+}
+
+func (s *Store) readDelegation(role Role, id protocol.DelegationID, blobs blobSet) (Delegation, error) {
 	var d Delegation
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
-		d, err = getDelegation(txn, role, id, noBlobs)
+		d, err = getDelegation(txn, role, id, blobs)
 		return err
 	})
 	return d, err
