@@ -50,14 +50,7 @@ func (fr *FrameReader) Max() int { return fr.max }
 // for a length prefix that is not a minimal uvarint of at most 10 bytes; and
 // whatever the stream returns (e.g. os.ErrDeadlineExceeded).
 func (fr *FrameReader) ReadFrame() ([]byte, error) {
-	n, err := fr.readLength()
-	if err != nil {
-		return nil, err
-	}
-	if n > uint64(fr.max) {
-		return nil, fmt.Errorf("%w: %d bytes declared, cap %d", ErrFrameTooLarge, n, fr.max)
-	}
-	return fr.readBody(int(n))
+	return fr.ReadFrameInto(nil)
 }
 
 func (fr *FrameReader) readByte() (byte, error) {
@@ -196,13 +189,7 @@ var errNoTimeout = errors.New("protocol: frame timeout must be positive")
 // one frame. The deadline stays set afterwards, so a read someone forgets
 // to bound fails instead of hanging; the next call replaces it.
 func ReadFrameDeadline(fr *FrameReader, d Deadliner, timeout time.Duration) ([]byte, error) {
-	if timeout <= 0 {
-		return nil, errNoTimeout
-	}
-	if err := d.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, fmt.Errorf("protocol: set read deadline: %w", err)
-	}
-	return fr.ReadFrame()
+	return readFrameIntoDeadline(fr, d, timeout, nil)
 }
 
 // readFrameIntoDeadline is ReadFrameDeadline reading into buf (see
