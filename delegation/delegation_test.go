@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation/executor"
 	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
@@ -459,4 +462,54 @@ func TestRequesterRestartCollectsResult(t *testing.T) {
 	if _, err := a.engine().Verify(id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// An engine refuses work until Run has taken its context, and Started
+// says when that is: a caller that starts Run on a goroutine and waits for
+// Started never meets ErrNotRunning.
+func TestStartedBeforeWork(t *testing.T) {
+	id, err := crypto.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenInMemory(store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	eng, err := New(Config{Identity: id, Store: st, Dialer: noStreams{},
+		Profiles: []Profile{{Profile: protocol.Profile{Name: "echo", MaxBudgetTokens: 100}, Executor: executor.Echo{}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Profile: "echo", Task: protocol.Task{Role: "user", Parts: []protocol.Part{protocol.TextPart("hi")}}}
+	select {
+	case <-eng.Started():
+		t.Fatal("Started is closed before Run")
+	default:
+	}
+	if _, err := eng.Delegate(context.Background(), req); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("Delegate before Run: %v, want ErrNotRunning", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-eng.Started()
+	did, err := eng.Delegate(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Delegate once Started: %v", err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if d, err := eng.Wait(wctx, did); err != nil || d.State != protocol.StateCompleted {
+		t.Fatalf("local echo: %s, %v", d.State, err)
+	}
+}
+
+// noStreams is a Dialer for an engine that only runs local work.
+type noStreams struct{}
+
+func (noStreams) OpenStream(context.Context, peer.ID) (Stream, error) {
+	return nil, errors.New("no network in this test")
 }

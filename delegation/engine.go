@@ -209,6 +209,8 @@ type core struct {
 	// recovered is closed once Run has resumed what the previous run left
 	// open (Reply waits for it: a delegation it answers may be one).
 	recovered chan struct{}
+	// started is closed once Run has taken its context (see Started).
+	started chan struct{}
 
 	subsMu sync.Mutex
 	subs   map[subKey]map[chan store.Event]*subscription
@@ -273,6 +275,7 @@ func New(cfg Config) (*Engine, error) {
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
 		subs:       make(map[subKey]map[chan store.Event]*subscription),
 		recovered:  make(chan struct{}),
+		started:    make(chan struct{}),
 	}
 	p := &providerHalf{
 		core:      c,
@@ -380,6 +383,11 @@ func (e *providerHalf) profile(name string) (*Profile, bool) {
 	return p, ok
 }
 
+// Started is closed once Run has taken its context: from then on Delegate
+// and HandleStream serve (before, they fail with ErrNotRunning). A caller
+// that starts Run on a goroutine waits for it before it lets others in.
+func (e *Engine) Started() <-chan struct{} { return e.started }
+
 // Run recovers what a previous run left open, then serves until ctx ends.
 // It returns after every goroutine the engine started has stopped.
 func (e *Engine) Run(ctx context.Context) error {
@@ -391,6 +399,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.runCtx = ctx
 	e.runMu.Unlock()
+	close(e.started)
 	err := e.recover(ctx)
 	close(e.recovered)
 	<-ctx.Done()

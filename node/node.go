@@ -354,6 +354,7 @@ func (n *Node) serve(ctx context.Context, b *built) error {
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
+	<-eng.Started() // before the node says it is ready, and before plans start
 	stopPlans := n.startPlans(eng, st, b.fnd)
 	h.SetStreamHandler(protocol.ID, func(s network.Stream) {
 		eng.HandleStream(s, s.Conn().RemotePeer())

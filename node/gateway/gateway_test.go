@@ -68,6 +68,7 @@ func newTestGateway(t *testing.T) *testGateway {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
+	<-eng.Started() // else a first request may find it not yet running
 	tg := &testGateway{st: st}
 	tg.gw = New(Config{
 		Engine: eng, Store: st, Identity: id, BaseURL: func() string { return tg.srv.URL },
