@@ -468,15 +468,15 @@ func TestRequesterRestartCollectsResult(t *testing.T) {
 // says when that is: a caller that starts Run on a goroutine and waits for
 // Started never meets ErrNotRunning.
 func TestStartedBeforeWork(t *testing.T) {
-	id, err := crypto.GenerateIdentity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.OpenInMemory(store.Options{})
+	st, err := store.Open(t.TempDir(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	id, err := crypto.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
 	eng, err := New(Config{Identity: id, Store: st, Dialer: noStreams{},
 		Profiles: []Profile{{Profile: protocol.Profile{Name: "echo", MaxBudgetTokens: 100}, Executor: executor.Echo{}}}})
 	if err != nil {
