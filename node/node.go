@@ -338,23 +338,29 @@ func (n *Node) serve(ctx context.Context, b *built) error {
 	n.mu.Unlock()
 
 	var httpSrv *http.Server
+	var httpLn net.Listener
 	if n.cfg.API.Enabled() {
 		srv, hln, h, err := n.startHTTPAPI()
 		if err != nil {
 			ln.Close()
 			return err
 		}
-		httpSrv = srv
+		httpSrv, httpLn = srv, hln
 		n.mu.Lock()
 		n.httpLn, n.httpAPI = hln, h
 		n.mu.Unlock()
-		g.Go(func() error { return serveHTTPAPI(srv, hln) })
 	}
 
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }()
-	<-eng.Started() // before the node says it is ready, and before plans start
+	// Requests are served once the engine runs: one that came sooner would
+	// be refused as if the node were stopping. Until then they wait in the
+	// listener's queue.
+	<-eng.Started()
+	if httpSrv != nil {
+		g.Go(func() error { return serveHTTPAPI(httpSrv, httpLn) })
+	}
 	stopPlans := n.startPlans(eng, st, b.fnd)
 	h.SetStreamHandler(protocol.ID, func(s network.Stream) {
 		eng.HandleStream(s, s.Conn().RemotePeer())
