@@ -153,9 +153,7 @@ func TestTooLargeForProviderRefusedUpFront(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- small.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for small.goWithRun(func(context.Context) {}) != nil {
-		time.Sleep(time.Millisecond)
-	}
+	<-small.Started()
 	b.host.SetStreamHandler(protocol.ID, func(s network.Stream) { small.HandleStream(s, s.Conn().RemotePeer()) })
 	_, err = a.engine().Delegate(context.Background(), Request{Profile: "echo", Peer: b.id.PeerID(),
 		Task: textTask(wordsOf(small.MaxPayload() + 1)), BudgetTokens: 10})

@@ -108,10 +108,7 @@ func (n *testNode) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
-	// Wait until Run has taken its context, so HandleStream is live.
-	for eng.goWithRun(func(context.Context) {}) != nil {
-		time.Sleep(time.Millisecond)
-	}
+	<-eng.Started() // so that HandleStream is live
 	n.host.SetStreamHandler(protocol.ID, func(s network.Stream) { eng.HandleStream(s, s.Conn().RemotePeer()) })
 	n.mu.Lock()
 	n.eng, n.st, n.cancel, n.done = eng, st, cancel, done

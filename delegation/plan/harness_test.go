@@ -92,20 +92,14 @@ func newMesh(t testing.TB, n int, profiles func(i int) []delegation.Profile) *me
 	return m
 }
 
-// probe is a profile every node has, so the harness can tell when an
-// engine runs: a local delegation over its budget is refused at once,
-// without running anything, but only by a running engine.
-const probe = "probe"
-
 func (n *node) start() {
 	n.t.Helper()
 	st, err := store.Open(n.dir, store.Options{})
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	profs := append(n.profs(), delegation.Profile{Profile: protocol.Profile{Name: probe, MaxBudgetTokens: 1}, Executor: executor.Echo{}})
 	eng, err := delegation.New(delegation.Config{
-		Identity: n.id, Store: st, Dialer: hostDialer{n.host}, Finder: n.mesh, Profiles: profs,
+		Identity: n.id, Store: st, Dialer: hostDialer{n.host}, Finder: n.mesh, Profiles: n.profs(),
 		Conn: protocol.ConnOptions{IOTimeout: 2 * time.Second}, ReattachBackoff: 20 * time.Millisecond,
 		MaxRemoteConcurrent: 128, MaxRemotePerPeer: 128, MaxUntrustedRemote: 128,
 	})
@@ -119,17 +113,7 @@ func (n *node) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- eng.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := eng.Delegate(ctx, delegation.Request{Profile: probe, Peer: n.host.ID(), BudgetTokens: 2})
-		if !errors.Is(err, delegation.ErrNotRunning) {
-			break
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatal("engine never started")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	<-eng.Started()
 	n.host.SetStreamHandler(protocol.ID, func(s network.Stream) { eng.HandleStream(s, s.Conn().RemotePeer()) })
 	go func() { done <- co.Run(ctx) }()
 	n.mu.Lock()
