@@ -206,6 +206,8 @@ type core struct {
 	// from zero concurrent with Wait).
 	stopped bool
 	wg      sync.WaitGroup
+	// workers runs the goroutines wg counts.
+	workers *workers
 	// recovered is closed once Run has resumed what the previous run left
 	// open (Reply waits for it: a delegation it answers may be one).
 	recovered chan struct{}
@@ -276,6 +278,7 @@ func New(cfg Config) (*Engine, error) {
 		subs:       make(map[subKey]map[chan store.Event]*subscription),
 		recovered:  make(chan struct{}),
 		started:    make(chan struct{}),
+		workers:    newWorkers(),
 	}
 	p := &providerHalf{
 		core:      c,
@@ -427,10 +430,10 @@ func (e *core) goWithRun(f func(ctx context.Context)) error {
 	}
 	e.wg.Add(1)
 	e.runMu.Unlock()
-	go func() {
+	e.workers.run(ctx, &e.wg, func() {
 		defer e.wg.Done()
 		f(ctx)
-	}()
+	})
 	return nil
 }
 

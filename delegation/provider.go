@@ -494,11 +494,11 @@ func (e *providerHalf) startTask(ctx context.Context, t *task) {
 		t.logMu.Unlock()
 	}
 	e.wg.Add(1)
-	go func() {
+	e.workers.run(ctx, &e.wg, func() {
 		defer e.wg.Done()
 		defer cancel(nil)
 		e.runTask(taskCtx, t)
-	}()
+	})
 }
 
 // cancelTask stops a running task on its requester's word; id is the
