@@ -571,6 +571,17 @@ func (e *core) trace(dir Direction, remote peer.ID, m protocol.Message) {
 	}
 }
 
+// traceEncoded is trace for an encoded message: it decodes raw only when
+// there is a hook to show it to.
+func (e *core) traceEncoded(dir Direction, remote peer.ID, raw []byte) {
+	if e.cfg.Trace == nil {
+		return
+	}
+	if m, err := protocol.DecodeMessage(raw); err == nil {
+		e.cfg.Trace(dir, remote, m)
+	}
+}
+
 // Event types in the delegation log, beyond store.EventState.
 const (
 	EventOffered  = "offered"

@@ -8,9 +8,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/kithmesh/kith/delegation/executor"
 	"github.com/kithmesh/kith/internal/labtest"
@@ -266,5 +270,56 @@ func TestPendingOutput(t *testing.T) {
 	p.add("x")
 	if p.take() != "x" {
 		t.Fatal("reuse after take")
+	}
+}
+
+// writeCounter counts the Writes a provider makes on its stream.
+type writeCounter struct {
+	network.Stream
+	writes atomic.Int32
+}
+
+func (w *writeCounter) Write(b []byte) (int, error) {
+	w.writes.Add(1)
+	return w.Stream.Write(b)
+}
+
+// TestFastTaskOneWrite: a task that ends before its record is written (see
+// openDelay) sends its accept, its running status and its result in one
+// Write, and the requester still logs all three.
+func TestFastTaskOneWrite(t *testing.T) {
+	nodes := newMesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	b.eng.SetOpenDelay(time.Minute) // the task surely ends first
+	streams := make(chan *writeCounter, 4)
+	b.host.SetStreamHandler(protocol.ID, func(s network.Stream) {
+		w := &writeCounter{Stream: s}
+		b.eng.HandleStream(w, s.Conn().RemotePeer())
+		streams <- w
+	})
+	for i := range 2 { // the first stream to a peer may also set up its session
+		d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("one write"), BudgetTokens: 100})
+		if d.State != protocol.StateCompleted || Output(d) != "one write" {
+			t.Fatalf("delegation %d: state %s, output %q", i, d.State, Output(d))
+		}
+		evs, err := a.st.Events(store.RoleRequester, d.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var types []string
+		for _, ev := range evs {
+			types = append(types, ev.Type)
+		}
+		if !slices.Contains(types, EventAccepted) || !slices.Contains(types, EventStatus) || !slices.Contains(types, EventResult) {
+			t.Fatalf("delegation %d: the requester logged %v; want the accept, the status and the result", i, types)
+		}
+		select {
+		case w := <-streams:
+			if n := w.writes.Load(); i == 1 && n != 1 {
+				t.Fatalf("the provider wrote %d times on the stream; want accept, status and result in one Write", n)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the provider's stream handler did not return")
+		}
 	}
 }

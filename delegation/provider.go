@@ -376,15 +376,15 @@ func (e *providerHalf) openTaskLocked(t *task, extra ...store.Event) (open, stor
 	t.open = openDone
 	t.logged = append(t.logged, evs...)
 	e.publishNew(t.role, t.id, 1, evs)
+	out := make([][]byte, 0, len(evs))
 	for _, ev := range evs {
 		if ev.Type != EventAccepted && ev.Type != EventStatus {
 			continue // this node's own notes (EventPaused)
 		}
-		if m, err := protocol.DecodeMessage(ev.Data); err == nil {
-			e.trace(Sent, t.requester, m)
-		}
-		t.send(ev.Data)
+		e.traceEncoded(Sent, t.requester, ev.Data)
+		out = append(out, ev.Data)
 	}
+	t.sendAll(out...)
 	return true, true
 }
 
@@ -700,7 +700,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append([]store.Event{{Type: EventStatus, State: protocol.StateRunning, Data: b}}, tail...)
 		}
 	}
-	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.sendAll)
 }
 
 // pendingOutput is output the executor emitted that has not gone out yet.
@@ -806,7 +806,7 @@ type outcomeReason struct{ wire, local string }
 // deliver. The first terminal state wins: if the delegation already ended,
 // nothing is sent from here.
 func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReason, out []protocol.Part, usage protocol.Usage,
-	took time.Duration, tail []store.Event, deliver func([]byte)) {
+	took time.Duration, tail []store.Event, deliver func(...[]byte)) {
 	role, id, requester := f.role, f.id, f.requester
 	reason := why.wire
 	events := slices.Concat(f.logged, tail)
@@ -854,18 +854,19 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 			return
 		}
 	}
+	// What the requester has not yet been sent goes out with the result,
+	// in one Write.
+	msgs := make([][]byte, 0, len(tail)+1)
 	for _, ev := range tail {
 		if role == store.RoleProvider {
-			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
-				e.trace(Sent, requester, m)
-			}
+			e.traceEncoded(Sent, requester, ev.Data)
 		}
-		deliver(ev.Data)
+		msgs = append(msgs, ev.Data)
 	}
 	if role == store.RoleProvider {
 		e.trace(Sent, requester, res)
 	}
-	deliver(raw)
+	deliver(append(msgs, raw)...)
 }
 
 // serveReattach answers a requester's "where is delegation X": it replays
@@ -961,7 +962,7 @@ func (e *providerHalf) recoverProvider() error {
 		}
 		e.log.Info("failing delegation interrupted by restart", "delegation", d.ID, "peer", d.Peer)
 		f := finishing{role: store.RoleProvider, id: d.ID, wire: wire, requester: d.Peer, offerHash: hash, logged: logged}
-		e.finish(f, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func([]byte) {})
+		e.finish(f, protocol.StateFailed, outcomeReason{wire: ReasonProviderRestarted}, nil, protocol.Usage{}, 0, nil, func(...[]byte) {})
 	}
 	return nil
 }

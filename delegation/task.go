@@ -100,6 +100,25 @@ func (t *task) send(raw []byte) {
 	}
 }
 
+// sendAll is send for messages that go out one after the other: they
+// share one Write (one muxer frame, one record of the transport's).
+func (t *task) sendAll(raws ...[]byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.conn == nil {
+		return
+	}
+	for _, raw := range raws {
+		if err := t.conn.QueueEncoded(raw); err != nil {
+			t.conn = nil
+			return
+		}
+	}
+	if err := t.conn.Flush(); err != nil {
+		t.conn = nil
+	}
+}
+
 // openingEvents builds the first two events a provider stores and sends for a
 // task it accepts and starts at once: the accept and the running status.
 func (t *task) openingEvents() (accept, running store.Event, err error) {

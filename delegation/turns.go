@@ -220,9 +220,7 @@ func (e *providerHalf) logPause(t *task, evs []store.Event) error {
 			continue
 		}
 		if t.remote {
-			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
-				e.trace(Sent, t.requester, m)
-			}
+			e.traceEncoded(Sent, t.requester, ev.Data)
 		}
 		t.send(ev.Data)
 	}
@@ -483,9 +481,7 @@ func (e *requesterHalf) Reply(ctx context.Context, id protocol.DelegationID, ans
 	}
 	if conn != nil {
 		if err := conn.SendEncoded(raw); err == nil {
-			if m, err := protocol.DecodeMessage(raw); err == nil {
-				e.trace(Sent, d.Peer, m)
-			}
+			e.traceEncoded(Sent, d.Peer, raw)
 		}
 		// A send that fails ends the stream; the next one carries the
 		// answer (attempt).
