@@ -321,6 +321,10 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 				return fmt.Errorf("store: index %s: %w", dlgName(d.Role, d.ID), err)
 			}
 		}
+		// A delegation's log starts with its record: records are never
+		// deleted, and every event is written with its record or after
+		// reading it. No record, so no event before these.
+		var last uint64
 		for _, ev := range events {
 			if ev.State == protocol.StateUnknown {
 				ev.State = d.State
@@ -328,11 +332,10 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 			if ev.At.IsZero() {
 				ev.At = d.CreatedAt // one write, one time
 			}
-			seq, err := s.appendEvent(txn, d.Role, d.ID, ev)
-			if err != nil {
+			if last, err = s.appendEvent(txn, d.Role, d.ID, last, ev); err != nil {
 				return err
 			}
-			ev.Seq = seq
+			ev.Seq = last
 			committed = append(committed, ev)
 		}
 		if d.ContextID != "" {

@@ -97,6 +97,7 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 			}
 		}
 		now := s.clock()
+		last := old.LastSeq
 		for _, b := range before {
 			if b.State == protocol.StateUnknown {
 				b.State = old.State
@@ -104,11 +105,10 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 			if b.At.IsZero() {
 				b.At = now
 			}
-			seq, err := s.appendEvent(txn, role, id, b)
-			if err != nil {
+			if last, err = s.appendEvent(txn, role, id, last, b); err != nil {
 				return err
 			}
-			b.Seq = seq
+			b.Seq = last
 			committed = append(committed, b)
 		}
 		d.State, d.UpdatedAt = to, now
@@ -123,7 +123,7 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		if e.At.IsZero() {
 			e.At = now
 		}
-		if d.LastSeq, err = s.appendEvent(txn, role, id, e); err != nil {
+		if d.LastSeq, err = s.appendEvent(txn, role, id, last, e); err != nil {
 			return err
 		}
 		e.Seq = d.LastSeq
@@ -168,7 +168,7 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 		if e.At.IsZero() {
 			e.At = s.clock()
 		}
-		seq, err = s.appendEvent(txn, role, id, e)
+		seq, err = s.appendEvent(txn, role, id, d.LastSeq, e)
 		e.Seq = seq
 		committed = e
 		return err
@@ -179,10 +179,15 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 	return seq, err
 }
 
-func (s *Store) appendEvent(txn *badger.Txn, role Role, id protocol.DelegationID, e Event) (uint64, error) {
-	seq, err := nextSeq(txn, eventSeqKey(role, id))
-	if err != nil {
-		return 0, err
+// appendEvent writes e as the event after last, the delegation's last
+// sequence number, which the caller read in txn (getDelegation's LastSeq,
+// or 0 for a delegation it is creating), and returns e's. Reading it again
+// here would be a second lookup of the same key, in the store's one write
+// transaction at a time.
+func (s *Store) appendEvent(txn *badger.Txn, role Role, id protocol.DelegationID, last uint64, e Event) (uint64, error) {
+	seq := last + 1
+	if err := txn.Set(eventSeqKey(role, id), be64(seq)); err != nil {
+		return 0, fmt.Errorf("store: write the event sequence of %s: %w", dlgName(role, id), err)
 	}
 	r := eventRecord{Seq: seq, At: nanos(e.At), Type: e.Type, State: e.State, Data: e.Data}
 	if err := setRecord(txn, eventKey(role, id, seq), r.encode, "event"); err != nil {
