@@ -384,7 +384,7 @@ func (e *providerHalf) openTaskLocked(t *task, extra ...store.Event) (open, stor
 		e.traceEncoded(Sent, t.requester, ev.Data)
 		out = append(out, ev.Data)
 	}
-	t.sendAll(out...)
+	t.send(out...)
 	return true, true
 }
 
@@ -700,7 +700,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append([]store.Event{{Type: EventStatus, State: protocol.StateRunning, Data: b}}, tail...)
 		}
 	}
-	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.sendAll)
+	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
 // pendingOutput is output the executor emitted that has not gone out yet.

@@ -87,22 +87,11 @@ func (t *task) releaseLease() {
 	}
 }
 
-// send delivers one encoded message to the attached stream, detaching it on
-// failure: the message is in the log and a reattach will replay it.
-func (t *task) send(raw []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.conn == nil {
-		return
-	}
-	if err := t.conn.SendEncoded(raw); err != nil {
-		t.conn = nil
-	}
-}
-
-// sendAll is send for messages that go out one after the other: they
-// share one Write (one muxer frame, one record of the transport's).
-func (t *task) sendAll(raws ...[]byte) {
+// send writes raws to the requester's stream, if one is attached, in one
+// Write (one muxer frame, one record of the transport's) when several go
+// out one after the other. A failed write detaches the stream: what was
+// sent is in the log, and a reattach replays it.
+func (t *task) send(raws ...[]byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.conn == nil {
