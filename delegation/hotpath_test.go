@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/libp2p/go-libp2p/core/network"
 
@@ -320,6 +321,30 @@ func TestFastTaskOneWrite(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("the provider's stream handler did not return")
+		}
+	}
+}
+
+// TestPartsText: one text part is read back as the very string the result
+// decoded (no copy of a large output), several are joined in order, and
+// data parts add nothing.
+func TestPartsText(t *testing.T) {
+	big := strings.Repeat("word ", 1<<16)
+	one := []protocol.Part{protocol.DataPart([]byte("bytes")), protocol.TextPart(big), protocol.TextPart("")}
+	got := partsText(one)
+	if got != big || unsafe.StringData(got) != unsafe.StringData(big) {
+		t.Fatalf("one text part: got %d bytes at %p, want the part itself at %p", len(got), unsafe.StringData(got), unsafe.StringData(big))
+	}
+	for _, c := range []struct {
+		parts []protocol.Part
+		want  string
+	}{
+		{nil, ""},
+		{[]protocol.Part{protocol.DataPart([]byte("x"))}, ""},
+		{[]protocol.Part{protocol.TextPart("a"), protocol.DataPart([]byte("x")), protocol.TextPart("bc"), protocol.TextPart("d")}, "abcd"},
+	} {
+		if got := partsText(c.parts); got != c.want {
+			t.Errorf("partsText(%d parts) = %q, want %q", len(c.parts), got, c.want)
 		}
 	}
 }

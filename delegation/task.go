@@ -214,7 +214,20 @@ func history(events []store.Event) [][]byte {
 
 // partsText joins the text parts of output.
 func partsText(parts []protocol.Part) string {
+	// One text part (every result of the built-in executors) is returned
+	// as it is, and more are joined into one allocation: a 16 MiB result
+	// was copied, and grown, once more to be read.
+	n, texts, last := 0, 0, ""
+	for _, p := range parts {
+		if p.Kind == protocol.PartText && p.Text != "" {
+			n, texts, last = n+len(p.Text), texts+1, p.Text
+		}
+	}
+	if texts <= 1 {
+		return last
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for _, p := range parts {
 		if p.Kind == protocol.PartText {
 			b.WriteString(p.Text)

@@ -207,6 +207,8 @@ type Report struct {
 	Dir   string  `json:"dir"`
 	FS    string  `json:"fs,omitempty"`
 	Fsync Latency `json:"fsync"`
+	// Proof is the result proof's public-key work on this CPU.
+	Proof ProofCost `json:"proof"`
 	// Anatomy is what one delegation writes to the stores, and when.
 	Anatomy Anatomy `json:"anatomy"`
 	Phases  []Phase `json:"phases"`
@@ -279,6 +281,10 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 	if r.Fsync, err = measureFsync(ctx, dir, opts.FsyncSamples); err != nil {
 		return r, err
 	}
+	fmt.Fprintf(w, "timing %d result proofs signed and verified\n", proofSamples)
+	if r.Proof, err = measureProof(proofSamples); err != nil {
+		return r, err
+	}
 
 	text := payloadText(opts.Payload)
 	// One delegation, taken apart: on the durable store when there is one,
@@ -335,7 +341,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 			r.Phases = append(r.Phases, p)
 		}
 	}
-	if r.Large, err = runLarge(ctx, w, opts, hp, sets); err != nil {
+	if r.Large, err = runLarge(ctx, w, opts, dir, hp, sets); err != nil {
 		return r, err
 	}
 	env, err := measureEnvelope(w, opts)

@@ -79,11 +79,17 @@ func TestRunReportIsWellFormed(t *testing.T) {
 			t.Errorf("ratio %+v has a zero", x)
 		}
 	}
+	checkLatency(t, "proof sign", r.Proof.Sign)
+	checkLatency(t, "proof verify", r.Proof.Verify)
 	if len(r.Large) != 2 {
 		t.Fatalf("%d large comparisons, want 2", len(r.Large))
 	}
 	for _, l := range r.Large {
 		checkLatency(t, fmtBytes(l.Payload)+" bare copy", l.BareCopy)
+		checkLatency(t, fmtBytes(l.Payload)+" synced writes", l.SyncedWrites)
+		if want := l.BareCopy.P50 + l.SyncedWrites.P50*3/4; l.DurableFloor != want {
+			t.Errorf("%s: durable floor %v, want %v", fmtBytes(l.Payload), l.DurableFloor, want)
+		}
 		if len(l.Delegations) != len(AllStores) {
 			t.Fatalf("%s: %d store kinds, want %d", fmtBytes(l.Payload), len(l.Delegations), len(AllStores))
 		}
@@ -99,6 +105,9 @@ func TestRunReportIsWellFormed(t *testing.T) {
 			checkLatency(t, name, d.RoundTrip)
 			if d.Errors != 0 || d.RoundTrip.Samples != 1 || d.XBare <= 0 {
 				t.Errorf("%s: %+v", name, d)
+			}
+			if (d.Store == StoreDurable) != (d.XFloor > 0) {
+				t.Errorf("%s: ratio to the durable floor %v (durable store only)", name, d.XFloor)
 			}
 		}
 	}
@@ -128,7 +137,7 @@ func TestRunReportIsWellFormed(t *testing.T) {
 		}
 	}
 
-	for _, s := range []string{"bare-echo", "durable", "goals", "fsync", "large payloads", "bare copy", "envelope seal+open"} {
+	for _, s := range []string{"bare-echo", "durable", "goals", "fsync", "large payloads", "bare copy", "4 synced writes", "durable floor", "result proof (Ed25519)", "result proof sign + verify", "envelope seal+open"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}

@@ -41,3 +41,33 @@ func measureFsync(ctx context.Context, dir string, n int) (_ Latency, err error)
 	}
 	return summarise(ds), nil
 }
+
+// syncedWrites writes b to n new files in dir, one after another, each in
+// one Write and synced before the next, then removes them: what making n
+// payloads of that size durable costs on that disk at the least (the
+// page-cache copy and the disk's write-back). n payloads rather than one,
+// because a disk that takes a first burst faster than it can keep up
+// would otherwise show only the burst.
+func syncedWrites(dir string, b []byte, n int) (err error) {
+	for range n {
+		if err := syncedWrite(dir, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncedWrite(dir string, b []byte) (err error) {
+	f, err := os.CreateTemp(dir, "write-*.tmp")
+	if err != nil {
+		return fmt.Errorf("bench: synced write probe: %w", err)
+	}
+	defer func() { err = errors.Join(err, f.Close(), os.Remove(f.Name())) }()
+	if _, err := f.Write(b); err != nil {
+		return fmt.Errorf("bench: synced write probe: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("bench: synced write probe: %w", err)
+	}
+	return nil
+}
