@@ -149,7 +149,7 @@ const (
 
 // getDelegation reads a delegation and its LastSeq, and the blobs asked for
 // (callers that only check existence or state skip them).
-func getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs blobSet) (Delegation, error) {
+func (s *Store) getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs blobSet) (Delegation, error) {
 	r, err := getDelegationRecord(txn, role, id)
 	if err != nil {
 		return Delegation{}, err
@@ -162,12 +162,12 @@ func getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs b
 		return Delegation{}, err
 	}
 	if blobs&withOffer != 0 {
-		if d.Offer, err = getBlob(txn, blobKey(role, id, blobOffer)); err != nil {
+		if d.Offer, err = s.getBlob(txn, blobKey(role, id, blobOffer)); err != nil {
 			return Delegation{}, err
 		}
 	}
 	if blobs&withResult != 0 {
-		if d.Result, err = getBlob(txn, blobKey(role, id, blobResult)); err != nil {
+		if d.Result, err = s.getBlob(txn, blobKey(role, id, blobResult)); err != nil {
 			return Delegation{}, err
 		}
 	}
@@ -193,7 +193,8 @@ func getDelegationRecord(txn *badger.Txn, role Role, id protocol.DelegationID) (
 	return r, err
 }
 
-func getBlob(txn *badger.Txn, key []byte) ([]byte, error) {
+// getBlob reads a blob: inline, or from its file (blobfile.go).
+func (s *Store) getBlob(txn *badger.Txn, key []byte) ([]byte, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, nil
@@ -201,12 +202,26 @@ func getBlob(txn *badger.Txn, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: read %q: %w", key, err)
 	}
-	return item.ValueCopy(nil)
+	if item.UserMeta()&metaFileBlob == 0 {
+		return item.ValueCopy(nil)
+	}
+	var ref fileRef
+	if err := item.Value(func(b []byte) error {
+		ref, err = decodeFileRef(b)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("%q: %w", key, err)
+	}
+	if s.files == nil {
+		return nil, fmt.Errorf("%w: %q refers to a file in a store without files", ErrCorrupt, key)
+	}
+	return s.files.read(ref, fmt.Sprintf("%q", key))
 }
 
 // putDelegation writes d's record, and each of its blobs that differs from
-// old's (all of them when old is nil: a new delegation).
-func putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
+// old's (all of them when old is nil: a new delegation); on a disk store, a
+// large blob goes to a file of its own (blobfile.go).
+func (s *Store) putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
 	if _, err := d.State.MarshalText(); err != nil || d.State == protocol.StateUnknown {
 		return fmt.Errorf("%w: %s state %s", ErrInvalid, dlgName(d.Role, d.ID), d.State)
 	}
@@ -218,6 +233,7 @@ func putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
 	if err := setRecord(txn, delegationKey(d.Role, d.ID), d.record().encode, "delegation record"); err != nil {
 		return fmt.Errorf("%s: %w", dlgName(d.Role, d.ID), err)
 	}
+	wroteFile := false
 	var oldOffer, oldResult []byte // a new delegation has no blobs yet
 	if old != nil {
 		oldOffer, oldResult = old.Offer, old.Result
@@ -231,9 +247,16 @@ func putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
 		}
 		key := blobKey(d.Role, d.ID, b.name)
 		var err error
-		if len(b.new) == 0 {
+		switch {
+		case len(b.new) == 0:
 			err = txn.Delete(key)
-		} else {
+		case len(b.new) >= fileBlobMin && s.files != nil:
+			var ref fileRef
+			if ref, err = s.files.write(key, b.new); err == nil {
+				wroteFile = true
+				err = txn.SetEntry(badger.NewEntry(key, ref.encode()).WithMeta(metaFileBlob))
+			}
+		default:
 			// Not a copy: badger holds the slice until the commit, which
 			// copies it into its logs before the store's call returns,
 			// and the caller is in that call until then (a copy here was
@@ -243,6 +266,10 @@ func putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
 		if err != nil {
 			return fmt.Errorf("store: write %s of %s: %w", b.name, dlgName(d.Role, d.ID), err)
 		}
+	}
+	if wroteFile {
+		// The files' names are durable before the commit that names them.
+		return s.files.syncDir()
 	}
 	return nil
 }
@@ -309,7 +336,7 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 		if !errors.Is(err, badger.ErrKeyNotFound) {
 			return fmt.Errorf("store: read %s: %w", dlgName(d.Role, d.ID), err)
 		}
-		if err := putDelegation(txn, d, nil); err != nil {
+		if err := s.putDelegation(txn, d, nil); err != nil {
 			return err
 		}
 		for _, k := range [][]byte{
@@ -374,7 +401,7 @@ func (s *Store) readDelegation(role Role, id protocol.DelegationID, blobs blobSe
 	var d Delegation
 	err := s.view(func(txn *badger.Txn) error {
 		var err error
-		d, err = getDelegation(txn, role, id, blobs)
+		d, err = s.getDelegation(txn, role, id, blobs)
 		return err
 	})
 	return d, err
@@ -393,7 +420,7 @@ func (s *Store) UpdateDelegation(role Role, id protocol.DelegationID, fn func(*D
 	}
 	var out Delegation
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
-		old, err := getDelegation(txn, role, id, allBlobs)
+		old, err := s.getDelegation(txn, role, id, allBlobs)
 		if err != nil {
 			return err
 		}
@@ -410,7 +437,7 @@ func (s *Store) UpdateDelegation(role Role, id protocol.DelegationID, fn func(*D
 		}
 		d.UpdatedAt = s.clock()
 		out = d
-		return putDelegation(txn, d, &old)
+		return s.putDelegation(txn, d, &old)
 	})
 	return out, err
 }
@@ -478,7 +505,7 @@ func (s *Store) ListDelegations(f DelegationFilter) ([]Delegation, error) {
 			if f.Role != nil && *f.Role != role {
 				return nil
 			}
-			d, err := getDelegation(txn, role, id, allBlobs)
+			d, err := s.getDelegation(txn, role, id, allBlobs)
 			if err != nil {
 				return fmt.Errorf("store: index %q: %w", item.Key(), err)
 			}

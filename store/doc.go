@@ -11,7 +11,10 @@
 //   - a schema version, and a small key-value space for later features.
 //
 // The API is typed; badger is an implementation detail and none of its types
-// appear in exported signatures. Records are JSON documents of unexported
+// appear in exported signatures. On disk, offers and results of 256 KiB or
+// more are kept in files of their own under blobs/, beside badger's
+// files, each written and synced before the commit that refers to it
+// (blobfile.go). Records are JSON documents of unexported
 // structs with explicit field tags (see codec.go), under keys with fixed
 // prefixes (see keys.go), so the on-disk format is stable and inspectable.
 //

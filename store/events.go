@@ -78,7 +78,7 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		committed = committed[:0]
 		// The blobs stay unread: putDelegation below writes the ones mutate
 		// set, and leaves the others alone.
-		old, err := getDelegation(txn, role, id, noBlobs)
+		old, err := s.getDelegation(txn, role, id, noBlobs)
 		if err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 			committed = append(committed, b)
 		}
 		d.State, d.UpdatedAt = to, now
-		if err := putDelegation(txn, d, &old); err != nil {
+		if err := s.putDelegation(txn, d, &old); err != nil {
 			return err
 		}
 		e := ev // a retry must start again from the caller's event
@@ -157,7 +157,7 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 	// Same lock as Transition: an event never slips between a transition's
 	// state check and its commit, so event order is state order.
 	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
-		d, err := getDelegation(txn, role, id, noBlobs)
+		d, err := s.getDelegation(txn, role, id, noBlobs)
 		if err != nil {
 			return err
 		}
@@ -204,7 +204,7 @@ func (s *Store) Events(role Role, id protocol.DelegationID, afterSeq uint64) ([]
 	}
 	var out []Event
 	err := s.view(func(txn *badger.Txn) error {
-		if _, err := getDelegation(txn, role, id, noBlobs); err != nil {
+		if _, err := s.getDelegation(txn, role, id, noBlobs); err != nil {
 			return err
 		}
 		if afterSeq == math.MaxUint64 {

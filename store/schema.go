@@ -24,7 +24,11 @@ import (
 //	   ID, record.go), which a version 3 binary would take for corrupt;
 //	   version 1 records still read, so migrate3to4 only stamps the
 //	   version.
-const schemaVersion uint64 = 4
+//	5  a large offer or result may be kept in a file under blobs/, its
+//	   blob key holding a reference (blobfile.go), which a version 4
+//	   binary would return as the value; values in badger still read,
+//	   so migrate4to5 only stamps the version.
+const schemaVersion uint64 = 5
 
 // checkSchema stamps a fresh database with schemaVersion, migrates an
 // older one, and refuses one written by a newer binary, before anything
@@ -68,7 +72,12 @@ func (s *Store) checkSchema(where string) error {
 		}
 	}
 	if v < 4 {
-		return s.migrate3to4()
+		if err := s.migrate3to4(); err != nil {
+			return err
+		}
+	}
+	if v < 5 {
+		return s.migrate4to5()
 	}
 	return nil
 }
@@ -78,6 +87,14 @@ func (s *Store) checkSchema(where string) error {
 func (s *Store) migrate3to4() error {
 	return s.db.Update(func(txn *badger.Txn) error {
 		return txn.Set([]byte(keySchema), be64(4))
+	})
+}
+
+// migrate4to5 stamps schema version 5: from now on this store may keep
+// large values in files, which an older binary must not open.
+func (s *Store) migrate4to5() error {
+	return s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(keySchema), be64(5))
 	})
 }
 

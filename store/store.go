@@ -52,11 +52,11 @@ type Options struct {
 // node gets a few MiB instead.
 //
 // A transaction's inline values are capped at 15% of the memtable (~1.2
-// MiB). Values of valueThreshold or more (large offers, results, event
-// payloads) go to the value log and count only as pointers, so a Transition
-// carrying a large result and a large event still fits; the price is value
-// log garbage when such a record is rewritten, which CollectGarbage
-// reclaims. In memory (OpenInMemory) every value is inline, so values and
+// MiB). Values of valueThreshold or more go elsewhere and count only as
+// pointers, so a Transition carrying a large result and a large event still
+// fits: offers and results to files of their own (blobfile.go), event
+// payloads to badger's value log, whose garbage when such a record is
+// rewritten CollectGarbage reclaims. In memory (OpenInMemory) every value is inline, so values and
 // transactions there are limited to memValueSize and ~1.2 MiB.
 const (
 	memTableSize     = 8 << 20
@@ -108,6 +108,10 @@ type Store struct {
 
 	ctxLimits ContextLimits
 
+	// files keeps large offers and results (blobfile.go); nil in memory,
+	// where every value is inline.
+	files *fileBlobs
+
 	peers peerCache // GetPeer's answers (peercache.go)
 }
 
@@ -123,7 +127,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	bo := badgerOptions(dir, opts)
 	bo.SyncWrites = !opts.NoSync
-	return open(bo, opts, dir, MaxValueSize)
+	s, err := open(bo, opts, dir, MaxValueSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.openFileBlobs(dir, !opts.NoSync); err != nil {
+		return nil, errors.Join(err, s.db.Close())
+	}
+	return s, nil
 }
 
 // OpenInMemory returns a store that lives in memory only and is lost on
@@ -254,8 +265,10 @@ func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error 
 	return fmt.Errorf("store: gave up after %d conflicting attempts: %w", maxConflictRetries, err)
 }
 
-// CollectGarbage reclaims value-log space held by large values (offers,
-// results) that were overwritten or deleted. The store starts no goroutines
+// CollectGarbage reclaims value-log space held by large values (event
+// payloads, and offers and results a schema 4 store kept there) that were
+// overwritten or deleted; files of replaced offers and results go at the
+// next Open (blobfile.go). The store starts no goroutines
 // beyond badger's own, so nothing runs this by itself: the node calls it
 // from its run loop now and then, beside PruneReplay. Each call rewrites at most a
 // few log files, each only if at least half of it is garbage.

@@ -1,0 +1,262 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Large offers and results (fileBlobMin bytes or more) are kept in files of
+// their own under <dir>/blobs, one file per value, and the blob key holds a
+// reference to the file (fileRef, marked by metaFileBlob in badger's user
+// meta byte) instead of the value. Badger took such a value by encoding it
+// into a buffer it grew, then copying that into its memory-mapped value
+// log, where every fresh page cost a fault: about 60 ms of CPU for 16 MiB,
+// against about 13 ms for one write(2) of the same bytes to a file. A
+// durable 16 MiB delegation stores four such values.
+//
+// Crash consistency. A value's file is written, synced, and its directory
+// synced, inside the transaction's function: before the commit that
+// refers to it. So a committed reference always names a whole file. A file
+// gets a fresh random name and is never written again, and no file is
+// removed while the store is open, so nothing a reader may still refer to
+// goes away under it. A write whose transaction did not commit (a failed or
+// retried transaction, a crash between the file and the commit), and the
+// file of a value that a later write replaced, are left behind; Open
+// removes every file that no blob key refers to (sweepBlobFiles). The
+// delegation engine never replaces an offer or a result, so in practice
+// only failures leave files behind.
+//
+// A read checks the file's size and CRC-32C against the reference: a
+// missing, short or altered file is ErrCorrupt, never a wrong value. With
+// Options.NoSync neither the files nor the directory are synced: a machine
+// crash may then leave the latest references naming missing files.
+const (
+	blobDirName       = "blobs"
+	fileBlobMin       = valueThreshold
+	metaFileBlob byte = 0x01 // badger user meta: the value is a fileRef
+	fileRefV1    byte = 0x01
+	fileNameRand      = 8 // random bytes in a file's name, after its key
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// fileBlobs is a disk store's directory of value files.
+type fileBlobs struct {
+	dir  string
+	sync bool
+}
+
+// fileRef is what a blob key holds for a value kept in a file.
+type fileRef struct {
+	size uint64
+	crc  uint32
+	name string
+}
+
+func (r fileRef) encode() []byte {
+	b := append(make([]byte, 0, 1+binary.MaxVarintLen64+4+len(r.name)), fileRefV1)
+	b = binary.AppendUvarint(b, r.size)
+	b = binary.BigEndian.AppendUint32(b, r.crc)
+	return append(b, r.name...)
+}
+
+func decodeFileRef(b []byte) (fileRef, error) {
+	if len(b) == 0 || b[0] != fileRefV1 {
+		return fileRef{}, fmt.Errorf("%w: blob file reference: unknown version", ErrCorrupt)
+	}
+	size, n := binary.Uvarint(b[1:])
+	if n <= 0 || len(b) < 1+n+4 {
+		return fileRef{}, fmt.Errorf("%w: blob file reference: short", ErrCorrupt)
+	}
+	r := fileRef{size: size, crc: binary.BigEndian.Uint32(b[1+n:]), name: string(b[1+n+4:])}
+	if !validFileName(r.name) {
+		return fileRef{}, fmt.Errorf("%w: blob file reference: bad name %q", ErrCorrupt, r.name)
+	}
+	return r, nil
+}
+
+// fileName is a new, unique name for a file holding key's value: the key
+// in hex (so that sweepBlobFiles can tell which key may refer to it), a
+// dot, and random bytes in hex.
+func fileName(key []byte) (string, error) {
+	var r [fileNameRand]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(key) + "." + hex.EncodeToString(r[:]), nil
+}
+
+// fileKey is the blob key that a file of that name may hold the value of.
+func fileKey(name string) ([]byte, bool) {
+	k, r, ok := strings.Cut(name, ".")
+	if !ok || len(r) != 2*fileNameRand {
+		return nil, false
+	}
+	if _, err := hex.DecodeString(r); err != nil {
+		return nil, false
+	}
+	key, err := hex.DecodeString(k)
+	if err != nil || !strings.HasPrefix(string(key), prefixBlob) {
+		return nil, false
+	}
+	return key, true
+}
+
+func validFileName(name string) bool {
+	_, ok := fileKey(name)
+	return ok
+}
+
+// write stores b in a new file for key and returns its reference. The file
+// is synced (on a syncing store), its directory not yet: see syncDir.
+func (fb *fileBlobs) write(key, b []byte) (_ fileRef, err error) {
+	name, err := fileName(key)
+	if err != nil {
+		return fileRef{}, fmt.Errorf("store: name a blob file: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(fb.dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fileRef{}, fmt.Errorf("store: create a blob file: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("store: write a blob file: %w", cerr)
+		}
+	}()
+	if _, err := f.Write(b); err != nil {
+		return fileRef{}, fmt.Errorf("store: write a blob file: %w", err)
+	}
+	if fb.sync {
+		if err := f.Sync(); err != nil {
+			return fileRef{}, fmt.Errorf("store: sync a blob file: %w", err)
+		}
+	}
+	return fileRef{size: uint64(len(b)), crc: crc32.Checksum(b, castagnoli), name: name}, nil
+}
+
+// syncDir makes the names of the files written so far durable; a syncing
+// store calls it after writing files and before the commit that refers to
+// them.
+func (fb *fileBlobs) syncDir() error {
+	if !fb.sync {
+		return nil
+	}
+	d, err := os.Open(fb.dir)
+	if err != nil {
+		return fmt.Errorf("store: sync the blob directory: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("store: sync the blob directory: %w", err)
+	}
+	return nil
+}
+
+// read returns the value ref names, checked against its size and CRC.
+func (fb *fileBlobs) read(ref fileRef, what string) ([]byte, error) {
+	f, err := os.Open(filepath.Join(fb.dir, ref.name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s: its file %s is missing", ErrCorrupt, what, ref.name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s: %w", what, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("store: read %s: %w", what, err)
+	}
+	if uint64(st.Size()) != ref.size {
+		return nil, fmt.Errorf("%w: %s: its file holds %d bytes, want %d", ErrCorrupt, what, st.Size(), ref.size)
+	}
+	b := make([]byte, ref.size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("store: read %s: %w", what, err)
+	}
+	if crc32.Checksum(b, castagnoli) != ref.crc {
+		return nil, fmt.Errorf("%w: %s: its file fails its checksum", ErrCorrupt, what)
+	}
+	return b, nil
+}
+
+// openFileBlobs creates the directory of value files of a disk store in
+// dir, and removes the files no blob key refers to (see the comment at the
+// top of this file).
+func (s *Store) openFileBlobs(dir string, sync bool) error {
+	fb := &fileBlobs{dir: filepath.Join(dir, blobDirName), sync: sync}
+	if err := os.MkdirAll(fb.dir, 0o700); err != nil {
+		return fmt.Errorf("store: create %s: %w", fb.dir, err)
+	}
+	s.files = fb
+	return s.sweepBlobFiles()
+}
+
+// sweepBlobFiles removes the files of the blob directory that no blob key
+// refers to. It runs at open, before any write: no transaction can be
+// about to commit a reference to a file it removes. Files whose names kith
+// does not give are left alone.
+func (s *Store) sweepBlobFiles() error {
+	entries, err := os.ReadDir(s.files.dir)
+	if err != nil {
+		return fmt.Errorf("store: read %s: %w", s.files.dir, err)
+	}
+	var gone []string
+	err = s.db.View(func(txn *badger.Txn) error {
+		for _, e := range entries {
+			key, ok := fileKey(e.Name())
+			if !ok || !e.Type().IsRegular() {
+				continue
+			}
+			ref, found, err := fileRefAt(txn, key)
+			if err != nil {
+				return err
+			}
+			if !found || ref.name != e.Name() {
+				gone = append(gone, e.Name())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: sweep %s: %w", s.files.dir, err)
+	}
+	for _, name := range gone {
+		if err := os.Remove(filepath.Join(s.files.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("store: sweep %s: %w", s.files.dir, err)
+		}
+	}
+	return nil
+}
+
+// fileRefAt reads the file reference that key holds, if it holds one.
+func fileRefAt(txn *badger.Txn, key []byte) (ref fileRef, found bool, err error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return fileRef{}, false, nil
+	}
+	if err != nil {
+		return fileRef{}, false, fmt.Errorf("store: read %q: %w", key, err)
+	}
+	if item.UserMeta()&metaFileBlob == 0 {
+		return fileRef{}, false, nil
+	}
+	err = item.Value(func(b []byte) error {
+		ref, err = decodeFileRef(b)
+		return err
+	})
+	return ref, err == nil, err
+}

@@ -1,0 +1,246 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// blobFiles lists the blob directory of the disk store in dir.
+func blobFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, blobDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*31)
+	}
+	return b
+}
+
+// TestLargeValuesInFiles: an offer and a result of fileBlobMin bytes or
+// more each go to a file of their own, not into badger, and read back the
+// same, also after a restart; smaller ones stay inline; the in-memory store
+// keeps every value inline.
+func TestLargeValuesInFiles(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	id := protocol.NewDelegationID()
+	offer, result := pattern(1<<20, 1), pattern(fileBlobMin, 2)
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: offer}))
+	if got := blobFiles(t, dir); len(got) != 1 {
+		t.Fatalf("after a 1 MiB offer, blob files %q, want one", got)
+	}
+	_, err := s.Transition(RoleRequester, id, protocol.StateCompleted, Event{Type: "result"}, func(d *Delegation) {
+		d.Result = result
+	})
+	mustNoErr(t, err)
+	if got := blobFiles(t, dir); len(got) != 2 {
+		t.Fatalf("after a result of %d bytes, blob files %q, want two", len(result), got)
+	}
+	err = s.view(func(txn *badger.Txn) error {
+		for _, name := range []string{blobOffer, blobResult} {
+			item, err := txn.Get(blobKey(RoleRequester, id, name))
+			if err != nil {
+				return err
+			}
+			if item.UserMeta()&metaFileBlob == 0 || item.ValueSize() > 256 {
+				t.Errorf("%s: user meta %#x, %d bytes in badger; want a file reference", name, item.UserMeta(), item.ValueSize())
+			}
+		}
+		return nil
+	})
+	mustNoErr(t, err)
+
+	small := pattern(fileBlobMin-1, 3)
+	id2 := protocol.NewDelegationID()
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id2, Role: RoleProvider, Offer: small, Result: small}))
+	if got := blobFiles(t, dir); len(got) != 2 {
+		t.Fatalf("a value under %d bytes went to a file: %q", fileBlobMin, got)
+	}
+
+	for restarted := range 2 {
+		if restarted == 1 {
+			s = reopen(t, s, dir, Options{})
+		}
+		d, err := s.GetDelegation(RoleRequester, id)
+		mustNoErr(t, err)
+		if !bytes.Equal(d.Offer, offer) || !bytes.Equal(d.Result, result) {
+			t.Fatalf("read back %d and %d bytes, not what was written", len(d.Offer), len(d.Result))
+		}
+		d, err = s.GetDelegation(RoleProvider, id2)
+		mustNoErr(t, err)
+		if !bytes.Equal(d.Offer, small) || !bytes.Equal(d.Result, small) {
+			t.Fatal("small values read back wrong")
+		}
+	}
+	if got := blobFiles(t, dir); len(got) != 2 {
+		t.Fatalf("after the restart, blob files %q, want the same two", got)
+	}
+
+	mem, err := OpenInMemory(Options{})
+	mustNoErr(t, err)
+	defer mem.Close()
+	mustNoErr(t, mem.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: pattern(300<<10, 4)}))
+	d, err := mem.GetDelegation(RoleRequester, id)
+	mustNoErr(t, err)
+	if !bytes.Equal(d.Offer, pattern(300<<10, 4)) {
+		t.Fatal("in-memory store: offer read back wrong")
+	}
+}
+
+// TestBlobFileDamage: a value's file that is missing, shorter or altered
+// reads as ErrCorrupt, never as a wrong value.
+func TestBlobFileDamage(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(path string) error
+	}{
+		{"missing", os.Remove},
+		{"short", func(p string) error { return os.Truncate(p, fileBlobMin/2) }},
+		{"altered", func(p string) error {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			b[len(b)/2] ^= 0x40
+			return os.WriteFile(p, b, 0o600)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, dir := openTest(t, Options{})
+			id := protocol.NewDelegationID()
+			mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: pattern(fileBlobMin+7, 5)}))
+			files := blobFiles(t, dir)
+			if len(files) != 1 {
+				t.Fatalf("blob files %q", files)
+			}
+			mustNoErr(t, c.damage(filepath.Join(dir, blobDirName, files[0])))
+			_, err := s.GetDelegation(RoleProvider, id)
+			wantErr(t, err, ErrCorrupt)
+			// The record without its blobs still reads.
+			_, err = s.DelegationInfo(RoleProvider, id)
+			mustNoErr(t, err)
+		})
+	}
+}
+
+// TestBlobFileSweep: at open, the files no blob key refers to go (a write
+// that never committed, a value since replaced); referenced files, and
+// files kith did not name, stay.
+func TestBlobFileSweep(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	id := protocol.NewDelegationID()
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: pattern(fileBlobMin, 6)}))
+	first := blobFiles(t, dir)
+	// The offer replaced: its first file stays while the store is open.
+	_, err := s.UpdateDelegation(RoleRequester, id, func(d *Delegation) error {
+		d.Offer = pattern(fileBlobMin, 7)
+		return nil
+	})
+	mustNoErr(t, err)
+	if got := blobFiles(t, dir); len(got) != 2 {
+		t.Fatalf("after replacing the offer, blob files %q, want two", got)
+	}
+	// A file written for a key whose transaction never committed.
+	orphanName, err := fileName(blobKey(RoleProvider, protocol.NewDelegationID(), blobResult))
+	mustNoErr(t, err)
+	stranger := "notes.txt"
+	for _, n := range []string{orphanName, stranger} {
+		mustNoErr(t, os.WriteFile(filepath.Join(dir, blobDirName, n), []byte("x"), 0o600))
+	}
+
+	s = reopen(t, s, dir, Options{})
+	got := blobFiles(t, dir)
+	if slices.Contains(got, first[0]) || slices.Contains(got, orphanName) || !slices.Contains(got, stranger) || len(got) != 2 {
+		t.Fatalf("after the sweep, blob files %q: want the new offer's and %q only", got, stranger)
+	}
+	d, err := s.GetDelegation(RoleRequester, id)
+	mustNoErr(t, err)
+	if !bytes.Equal(d.Offer, pattern(fileBlobMin, 7)) {
+		t.Fatal("the replacing offer did not survive the sweep")
+	}
+}
+
+// TestInlineLargeValuesStillRead: a large value that a schema 4 store kept
+// in badger reads as before in a store that keeps new ones in files.
+func TestInlineLargeValuesStillRead(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	files := s.files
+	s.files = nil // write as schema 4 did
+	id := protocol.NewDelegationID()
+	offer := pattern(1<<20, 8)
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: offer}))
+	s.files = files
+	setSchemaVersion(t, s, 4)
+	s = reopen(t, s, dir, Options{})
+	if got := blobFiles(t, dir); len(got) != 0 {
+		t.Fatalf("blob files %q, want none", got)
+	}
+	d, err := s.GetDelegation(RoleRequester, id)
+	mustNoErr(t, err)
+	if !bytes.Equal(d.Offer, offer) {
+		t.Fatal("an inline offer read back wrong")
+	}
+	var v uint64
+	mustNoErr(t, s.view(func(txn *badger.Txn) (err error) {
+		v, err = getUint64(txn, []byte(keySchema))
+		return err
+	}))
+	if v != schemaVersion {
+		t.Errorf("schema version %d after open, want %d", v, schemaVersion)
+	}
+}
+
+func TestFileRefRoundTrip(t *testing.T) {
+	name, err := fileName(blobKey(RoleProvider, protocol.NewDelegationID(), blobOffer))
+	mustNoErr(t, err)
+	r := fileRef{size: 1 << 24, crc: 0xdeadbeef, name: name}
+	got, err := decodeFileRef(r.encode())
+	if err != nil || got != r {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for _, b := range [][]byte{nil, {0x02}, {fileRefV1}, {fileRefV1, 0x80}, append(fileRef{size: 1, name: "../x"}.encode(), 'y')} {
+		if _, err := decodeFileRef(b); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("decodeFileRef(%q): %v, want ErrCorrupt", b, err)
+		}
+	}
+}
+
+func FuzzDecodeFileRef(f *testing.F) {
+	name, err := fileName(blobKey(RoleRequester, protocol.NewDelegationID(), blobResult))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(fileRef{size: 300 << 10, crc: 7, name: name}.encode())
+	f.Add([]byte{fileRefV1, 0x01, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeFileRef(b)
+		if err != nil {
+			return
+		}
+		if filepath.Base(r.name) != r.name || !validFileName(r.name) {
+			t.Fatalf("decoded a name that is not a plain blob file name: %q", r.name)
+		}
+		again, err := decodeFileRef(r.encode())
+		if err != nil || again != r {
+			t.Fatalf("round trip: %+v, then %+v (%v)", r, again, err)
+		}
+	})
+}
