@@ -244,3 +244,37 @@ func FuzzDecodeFileRef(f *testing.F) {
 		}
 	})
 }
+
+// TestBlobFileWritePaths: values of sizes that are not whole blocks, and of
+// more than one direct-write piece, read back whole from files of their
+// exact size, written directly (where the file system takes it) and
+// through the page cache.
+func TestBlobFileWritePaths(t *testing.T) {
+	for _, buffered := range []bool{false, true} {
+		s, dir := openTest(t, Options{})
+		s.files.buffered.Store(buffered)
+		for i, n := range []int{fileBlobMin + 1, directMin + 1, directChunk + directBlock + 5, 3 * directChunk} {
+			id := protocol.NewDelegationID()
+			v := pattern(n, byte(i))
+			mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: v}))
+			d, err := s.GetDelegation(RoleRequester, id)
+			mustNoErr(t, err)
+			if !bytes.Equal(d.Offer, v) {
+				t.Fatalf("buffered %v, %d bytes: read back wrong", buffered, n)
+			}
+		}
+		for _, name := range blobFiles(t, dir) {
+			st, err := os.Stat(filepath.Join(dir, blobDirName, name))
+			mustNoErr(t, err)
+			if st.Size()%directBlock == 0 && st.Size() != 3*directChunk {
+				t.Errorf("buffered %v: a file of %d bytes: padding left in it", buffered, st.Size())
+			}
+		}
+		if got := len(blobFiles(t, dir)); got != 4 {
+			t.Errorf("buffered %v: %d files, want 4", buffered, got)
+		}
+		if !buffered && s.files.buffered.Load() {
+			t.Logf("the file system of %s refused direct I/O: both rounds wrote through the page cache", dir)
+		}
+	}
+}

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"slices"
 	"text/tabwriter"
@@ -69,7 +71,7 @@ const (
 // runLarge measures each of opts.Large. Each operation runs alone (these
 // are throughput figures of one transfer), opts.LargeRuns times after one
 // uncounted run.
-func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *hostPair, sets map[StoreKind]*engines) ([]Large, error) {
+func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *hostPair, sets map[StoreKind]*engines) (_ []Large, err error) {
 	var out []Large
 	for _, size := range opts.Large {
 		text := payloadText(size)
@@ -85,8 +87,16 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 		l.BareCopy = lat
 		if slices.Contains(opts.Stores, StoreDurable) {
 			fmt.Fprintf(w, "measuring %d synced writes of %s to %s, %d runs\n", durableWrites, fmtBytes(size), dir, opts.LargeRuns)
+			probe, perr := os.MkdirTemp(dir, "synced-writes-")
+			if perr != nil {
+				return out, fmt.Errorf("bench: %w", perr)
+			}
+			// Removed at the end, not now: the delegations' files would
+			// take the pages it frees, which the probe's own writes did
+			// not get (syncedWrites).
+			defer func() { err = errors.Join(err, os.RemoveAll(probe)) }()
 			lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
-				return syncedWrites(dir, text, durableWrites)
+				return syncedWrites(probe, text, durableWrites)
 			})
 			if errs > 0 {
 				return out, fmt.Errorf("bench: synced writes of %s: %s", fmtBytes(size), first)

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package store
+
+// oDirect is 0 where kith does not use direct I/O: value files are written
+// through the page cache (blobfile.go).
+const oDirect = 0
