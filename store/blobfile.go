@@ -119,6 +119,9 @@ func decodeFileRef(b []byte) (fileRef, error) {
 		return fileRef{}, fmt.Errorf("%w: blob file reference: short", ErrCorrupt)
 	}
 	r := fileRef{size: size, crc: binary.BigEndian.Uint32(b[1+n:]), name: string(b[1+n+4:])}
+	if r.size < fileBlobMin || r.size > MaxValueSize {
+		return fileRef{}, fmt.Errorf("%w: blob file reference: size %d", ErrCorrupt, r.size)
+	}
 	if !validFileName(r.name) {
 		return fileRef{}, fmt.Errorf("%w: blob file reference: bad name %q", ErrCorrupt, r.name)
 	}

@@ -212,6 +212,11 @@ func TestFileRefRoundTrip(t *testing.T) {
 	name, err := fileName(blobKey(RoleProvider, protocol.NewDelegationID(), blobOffer))
 	mustNoErr(t, err)
 	r := fileRef{size: 1 << 24, crc: 0xdeadbeef, name: name}
+	for _, size := range []uint64{fileBlobMin - 1, MaxValueSize + 1} {
+		if _, err := decodeFileRef(fileRef{size: size, name: name}.encode()); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("a reference to %d bytes: %v, want ErrCorrupt", size, err)
+		}
+	}
 	got, err := decodeFileRef(r.encode())
 	if err != nil || got != r {
 		t.Fatalf("round trip: %+v, %v", got, err)
@@ -230,6 +235,7 @@ func FuzzDecodeFileRef(f *testing.F) {
 	}
 	f.Add(fileRef{size: 300 << 10, crc: 7, name: name}.encode())
 	f.Add([]byte{fileRefV1, 0x01, 0, 0, 0, 0})
+	f.Add(fileRef{size: MaxValueSize, name: name}.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeFileRef(b)
 		if err != nil {
