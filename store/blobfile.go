@@ -46,8 +46,11 @@ import (
 // buffer: on the machine where this was measured a 16 MiB value took 12 ms
 // written and synced that way, against 58–67 ms through the page cache,
 // which had to take in 4,096 pages it had not held before. Smaller values
-// go through the page cache, which was as fast or faster for them (a 1 MiB
-// delegation took 10–20% longer with direct writes). A file system that
+// go through the page cache, which was as fast or faster for them in one
+// benchmark or another (1 MiB delegations took 10–20% longer with direct
+// writes, 4 MiB ones 20% longer in TestLargePayloadProofs and up to 30%
+// shorter in kith bench; from 8 MiB, direct writes won in both: 8 MiB
+// delegations in about half the time). A file system that
 // refuses direct I/O gets buffered writes from then on. A read goes
 // through the page cache.
 //
@@ -85,7 +88,7 @@ type fileBlobs struct {
 // directChunk; the last piece is padded to a whole block and the file cut
 // back to the value's size.
 const (
-	directMin   = 4 << 20
+	directMin   = 8 << 20
 	directBlock = 4096
 	directChunk = 4 << 20
 )
