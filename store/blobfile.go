@@ -308,8 +308,17 @@ func (fb *fileBlobs) read(ref fileRef, what string) ([]byte, error) {
 // top of this file).
 func (s *Store) openFileBlobs(dir string, sync bool) error {
 	fb := &fileBlobs{dir: filepath.Join(dir, blobDirName), sync: sync}
-	if err := os.MkdirAll(fb.dir, 0o700); err != nil {
-		return fmt.Errorf("store: create %s: %w", fb.dir, err)
+	_, err := os.Stat(fb.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(fb.dir, 0o700); err != nil {
+			return fmt.Errorf("store: create %s: %w", fb.dir, err)
+		}
+		// The new directory's name is durable before any file in it is.
+		if err := (&fileBlobs{dir: dir, sync: sync}).syncDir(); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return fmt.Errorf("store: %w", err)
 	}
 	s.files = fb
 	return s.sweepBlobFiles()
