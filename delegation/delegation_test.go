@@ -61,7 +61,7 @@ func TestLocalProfileRunsInProcess(t *testing.T) {
 	a := nodes[0]
 	d := delegateAndWait(t, a, Request{Profile: "echo", Task: textTask("local")})
 	if d.State != protocol.StateCompleted || d.Remote || Output(d) != "local" {
-		t.Fatalf("state %s remote %v output %q", d.State, d.Remote, Output(d))
+		t.Fatalf("state %s remote %v output %q reason %q", d.State, d.Remote, Output(d), d.Reason)
 	}
 	if _, err := a.engine().Verify(d.ID); err != nil {
 		t.Fatalf("verify local proof: %v", err)
@@ -503,7 +503,7 @@ func TestStartedBeforeWork(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	if d, err := eng.Wait(wctx, did); err != nil || d.State != protocol.StateCompleted {
-		t.Fatalf("local echo: %s, %v", d.State, err)
+		t.Fatalf("local echo: %s (reason %q), %v", d.State, d.Reason, err)
 	}
 }
 

@@ -67,11 +67,13 @@ func askAndWait(t *testing.T, req, prov *testNode, text string) protocol.Delegat
 func waitState(t *testing.T, n *testNode, id protocol.DelegationID, s protocol.State) store.Delegation {
 	t.Helper()
 	var d store.Delegation
-	labtest.WaitFor(t, 20*time.Second, "delegation "+id.String()+" "+s.String(), func() bool {
-		var err error
+	var err error
+	if !labtest.Until(20*time.Second, func() bool {
 		d, err = n.engine().Get(id)
 		return err == nil && d.State == s
-	})
+	}) {
+		t.Fatalf("timed out after 20s waiting for delegation %s %s: it is %s (reason %q, err %v)", id, s, d.State, d.Reason, err)
+	}
 	return d
 }
 
