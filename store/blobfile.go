@@ -262,16 +262,21 @@ func (fb *fileBlobs) syncDir() error {
 	if !fb.sync {
 		return nil
 	}
-	d, err := os.Open(fb.dir)
+	return syncDirectory(fb.dir)
+}
+
+// syncDirectory makes the names in directory dir durable.
+func syncDirectory(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("store: sync the blob directory: %w", err)
+		return fmt.Errorf("store: sync %s: %w", dir, err)
 	}
 	err = d.Sync()
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("store: sync the blob directory: %w", err)
+		return fmt.Errorf("store: sync %s: %w", dir, err)
 	}
 	return nil
 }
@@ -314,8 +319,10 @@ func (s *Store) openFileBlobs(dir string, sync bool) error {
 			return fmt.Errorf("store: create %s: %w", fb.dir, err)
 		}
 		// The new directory's name is durable before any file in it is.
-		if err := (&fileBlobs{dir: dir, sync: sync}).syncDir(); err != nil {
-			return err
+		if sync {
+			if err := syncDirectory(dir); err != nil {
+				return err
+			}
 		}
 	} else if err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -327,7 +334,9 @@ func (s *Store) openFileBlobs(dir string, sync bool) error {
 // sweepBlobFiles removes the files of the blob directory that no blob key
 // refers to. It runs at open, before any write: no transaction can be
 // about to commit a reference to a file it removes. Files whose names kith
-// does not give are left alone.
+// does not give are left alone, and so is a file whose key holds a
+// reference that does not decode: reading that value says ErrCorrupt, and
+// the store still opens.
 func (s *Store) sweepBlobFiles() error {
 	entries, err := os.ReadDir(s.files.dir)
 	if err != nil {
@@ -340,11 +349,22 @@ func (s *Store) sweepBlobFiles() error {
 			if !ok || !e.Type().IsRegular() {
 				continue
 			}
-			ref, found, err := fileRefAt(txn, key)
+			item, err := txn.Get(key)
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				gone = append(gone, e.Name())
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("store: read %q: %w", key, err)
+			}
+			ref, isFile, err := itemFileRef(item)
+			if errors.Is(err, ErrCorrupt) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			if !found || ref.name != e.Name() {
+			if !isFile || ref.name != e.Name() {
 				gone = append(gone, e.Name())
 			}
 		}
@@ -361,15 +381,9 @@ func (s *Store) sweepBlobFiles() error {
 	return nil
 }
 
-// fileRefAt reads the file reference that key holds, if it holds one.
-func fileRefAt(txn *badger.Txn, key []byte) (ref fileRef, found bool, err error) {
-	item, err := txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return fileRef{}, false, nil
-	}
-	if err != nil {
-		return fileRef{}, false, fmt.Errorf("store: read %q: %w", key, err)
-	}
+// itemFileRef decodes the file reference a blob key's item holds, and says
+// whether it holds one (or the value itself).
+func itemFileRef(item *badger.Item) (ref fileRef, isFile bool, err error) {
 	if item.UserMeta()&metaFileBlob == 0 {
 		return fileRef{}, false, nil
 	}
@@ -377,5 +391,8 @@ func fileRefAt(txn *badger.Txn, key []byte) (ref fileRef, found bool, err error)
 		ref, err = decodeFileRef(b)
 		return err
 	})
-	return ref, err == nil, err
+	if err != nil {
+		return fileRef{}, true, fmt.Errorf("%q: %w", item.Key(), err)
+	}
+	return ref, true, nil
 }

@@ -178,6 +178,27 @@ func TestBlobFileSweep(t *testing.T) {
 	}
 }
 
+// TestBlobFileBadReference: a blob key whose file reference does not decode
+// makes that value read as ErrCorrupt; the store still opens, and the sweep
+// leaves the file alone.
+func TestBlobFileBadReference(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	id := protocol.NewDelegationID()
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: pattern(fileBlobMin, 9)}))
+	files := blobFiles(t, dir)
+	mustNoErr(t, s.db.Update(func(txn *badger.Txn) error {
+		return txn.SetEntry(badger.NewEntry(blobKey(RoleRequester, id, blobOffer), []byte{0x7f}).WithMeta(metaFileBlob))
+	}))
+	s = reopen(t, s, dir, Options{})
+	if got := blobFiles(t, dir); !slices.Equal(got, files) {
+		t.Fatalf("blob files after the sweep %q, want %q kept", got, files)
+	}
+	_, err := s.GetDelegation(RoleRequester, id)
+	wantErr(t, err, ErrCorrupt)
+	_, err = s.DelegationInfo(RoleRequester, id)
+	mustNoErr(t, err)
+}
+
 // TestInlineLargeValuesStillRead: a large value that a schema 4 store kept
 // in badger reads as before in a store that keeps new ones in files.
 func TestInlineLargeValuesStillRead(t *testing.T) {

@@ -202,15 +202,12 @@ func (s *Store) getBlob(txn *badger.Txn, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: read %q: %w", key, err)
 	}
-	if item.UserMeta()&metaFileBlob == 0 {
-		return item.ValueCopy(nil)
+	ref, isFile, err := itemFileRef(item)
+	if err != nil {
+		return nil, err
 	}
-	var ref fileRef
-	if err := item.Value(func(b []byte) error {
-		ref, err = decodeFileRef(b)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("%q: %w", key, err)
+	if !isFile {
+		return item.ValueCopy(nil)
 	}
 	if s.files == nil {
 		return nil, fmt.Errorf("%w: %q refers to a file in a store without files", ErrCorrupt, key)
