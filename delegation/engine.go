@@ -400,10 +400,15 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.runMu.Unlock()
 		return errors.New("delegation: Run called twice")
 	}
+	// What a previous run left open is listed before this run takes work:
+	// listed after, a delegation Delegate or HandleStream had just begun
+	// was failed as one the restart interrupted (requester_restarted).
+	prov, perr := e.openDelegations(store.RoleProvider)
+	req, rerr := e.openDelegations(store.RoleRequester)
 	e.runCtx = ctx
 	e.runMu.Unlock()
 	close(e.started)
-	err := e.recover(ctx)
+	err := errors.Join(perr, rerr, e.recoverProvider(prov), e.recoverRequester(req))
 	close(e.recovered)
 	<-ctx.Done()
 	e.runMu.Lock()

@@ -931,11 +931,7 @@ func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remo
 // recoverProvider fails what a previous run left running: the executors
 // died with the process. The signed failure waits in the store for the
 // requester to reattach and collect.
-func (e *providerHalf) recoverProvider() error {
-	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleProvider), States: liveStates})
-	if err != nil {
-		return err
-	}
+func (e *providerHalf) recoverProvider(open []store.Delegation) error {
 	for _, d := range open {
 		if d.State == protocol.StateInputRequired {
 			// Nothing ran while it waited: it waits on.

@@ -1057,11 +1057,7 @@ func (e *requesterHalf) endPreempted(d store.Delegation) {
 
 // recoverRequester resumes the remote delegations a previous run left open
 // and fails the local ones, whose executors died with the process.
-func (e *requesterHalf) recoverRequester() error {
-	open, err := e.st.ListDelegations(store.DelegationFilter{Role: ptr(store.RoleRequester), States: liveStates})
-	if err != nil {
-		return err
-	}
+func (e *requesterHalf) recoverRequester(open []store.Delegation) error {
 	for _, d := range open {
 		if !d.Remote && d.State == protocol.StateInputRequired {
 			err := e.prov.resumeWaiting(d)
@@ -1084,7 +1080,7 @@ func (e *requesterHalf) recoverRequester() error {
 	return nil
 }
 
-// recover runs both recoveries at start.
-func (e *Engine) recover(context.Context) error {
-	return errors.Join(e.recoverProvider(), e.recoverRequester())
+// openDelegations lists this node's delegations in role that are not over.
+func (e *core) openDelegations(role store.Role) ([]store.Delegation, error) {
+	return e.st.ListDelegations(store.DelegationFilter{Role: ptr(role), States: liveStates})
 }
