@@ -42,7 +42,7 @@ type auditRecord struct {
 // appendAudit writes e with the next audit sequence number. Callers hold
 // lockAudit, so entries are numbered in the order their transactions
 // commit; the counter read would make concurrent appenders conflict anyway.
-func (s *Store) appendAudit(txn *badger.Txn, e AuditEntry) error {
+func (s *Store) appendAudit(txn *wtxn, e AuditEntry) error {
 	seq, err := nextSeq(txn, []byte(keyAuditSeq))
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func (s *Store) appendAudit(txn *badger.Txn, e AuditEntry) error {
 // ordered oldest to newest.
 func (s *Store) AuditLog(limit int) ([]AuditEntry, error) {
 	var out []AuditEntry
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		return scanPrefix(txn, []byte(prefixAudit), nil, true, func(item *badger.Item) error {
 			if limit > 0 && len(out) == limit {
 				return errStop

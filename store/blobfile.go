@@ -343,7 +343,7 @@ func (s *Store) sweepBlobFiles() error {
 		return fmt.Errorf("store: read %s: %w", s.files.dir, err)
 	}
 	var gone []string
-	err = s.db.View(func(txn *badger.Txn) error {
+	err = s.view(func(txn *wtxn) error {
 		for _, e := range entries {
 			key, ok := fileKey(e.Name())
 			if !ok || !e.Type().IsRegular() {

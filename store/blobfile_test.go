@@ -54,7 +54,7 @@ func TestLargeValuesInFiles(t *testing.T) {
 	if got := blobFiles(t, dir); len(got) != 2 {
 		t.Fatalf("after a result of %d bytes, blob files %q, want two", len(result), got)
 	}
-	err = s.view(func(txn *badger.Txn) error {
+	err = s.view(func(txn *wtxn) error {
 		for _, name := range []string{blobOffer, blobResult} {
 			item, err := txn.Get(blobKey(RoleRequester, id, name))
 			if err != nil {
@@ -186,7 +186,7 @@ func TestBlobFileBadReference(t *testing.T) {
 	id := protocol.NewDelegationID()
 	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: pattern(fileBlobMin, 9)}))
 	files := blobFiles(t, dir)
-	mustNoErr(t, s.db.Update(func(txn *badger.Txn) error {
+	mustNoErr(t, s.update(nil, func(txn *wtxn) error {
 		return txn.SetEntry(badger.NewEntry(blobKey(RoleRequester, id, blobOffer), []byte{0x7f}).WithMeta(metaFileBlob))
 	}))
 	s = reopen(t, s, dir, Options{})
@@ -220,7 +220,7 @@ func TestInlineLargeValuesStillRead(t *testing.T) {
 		t.Fatal("an inline offer read back wrong")
 	}
 	var v uint64
-	mustNoErr(t, s.view(func(txn *badger.Txn) (err error) {
+	mustNoErr(t, s.view(func(txn *wtxn) (err error) {
 		v, err = getUint64(txn, []byte(keySchema))
 		return err
 	}))

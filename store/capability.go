@@ -52,7 +52,7 @@ func (s *Store) PutCapability(c Capability) error {
 	if err := s.checkSize(b); err != nil {
 		return err
 	}
-	return s.update([]string{string(capabilityKey(c.Peer))}, func(txn *badger.Txn) error {
+	return s.update([]string{string(capabilityKey(c.Peer))}, func(txn *wtxn) error {
 		return txn.SetEntry(badger.NewEntry(capabilityKey(c.Peer), b).WithTTL(ttl))
 	})
 }
@@ -62,7 +62,7 @@ func (s *Store) PutCapability(c Capability) error {
 func (s *Store) ListCapabilities() ([]Capability, error) {
 	now := s.clock()
 	var out []Capability
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		return scanPrefix(txn, []byte(prefixCapability), nil, false, func(item *badger.Item) error {
 			var r capabilityRecord
 			if err := item.Value(func(b []byte) error { return decodeJSON(b, &r, "capability") }); err != nil {

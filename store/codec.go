@@ -33,7 +33,7 @@ func fromNanos(n int64) time.Time {
 }
 
 // getJSON reads key into v; a missing key is ErrNotFound wrapped with what.
-func getJSON(txn *badger.Txn, key []byte, v any, what string) error {
+func getJSON(txn *wtxn, key []byte, v any, what string) error {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, what)
@@ -51,7 +51,7 @@ func decodeJSON(b []byte, v any, what string) error {
 	return nil
 }
 
-func setJSON(txn *badger.Txn, key []byte, v any, what string) error {
+func setJSON(txn *wtxn, key []byte, v any, what string) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("store: encode %s: %w", what, err)
@@ -63,7 +63,7 @@ func setJSON(txn *badger.Txn, key []byte, v any, what string) error {
 }
 
 // getUint64 reads an 8-byte big-endian counter; a missing key reads as 0.
-func getUint64(txn *badger.Txn, key []byte) (uint64, error) {
+func getUint64(txn *wtxn, key []byte) (uint64, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return 0, nil
@@ -85,7 +85,7 @@ func getUint64(txn *badger.Txn, key []byte) (uint64, error) {
 // nextSeq increments the counter at key and returns the new value, so
 // sequences start at 1. Reading the counter puts it in the transaction's
 // read set: two transactions that both increment it conflict.
-func nextSeq(txn *badger.Txn, key []byte) (uint64, error) {
+func nextSeq(txn *wtxn, key []byte) (uint64, error) {
 	n, err := getUint64(txn, key)
 	if err != nil {
 		return 0, err
@@ -100,7 +100,7 @@ func nextSeq(txn *badger.Txn, key []byte) (uint64, error) {
 // scanPrefix calls fn for every live key under prefix, in key order (or
 // reverse order), until fn returns errStop or an error. Values are fetched
 // lazily, so key-only scans of indexes stay cheap.
-func scanPrefix(txn *badger.Txn, prefix, start []byte, reverse bool, fn func(item *badger.Item) error) error {
+func scanPrefix(txn *wtxn, prefix, start []byte, reverse bool, fn func(item *badger.Item) error) error {
 	o := badger.DefaultIteratorOptions
 	o.Prefix = prefix
 	o.Reverse = reverse

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,18 +12,18 @@ import (
 // Group commit. Every write of the store is a function over a badger
 // transaction (update). Writers queue their functions; the writer at the
 // head of the queue leads: it runs every function queued at that moment in
-// one badger transaction and commits it, so that one commit, and one pair of
-// syncs (value log and memtable WAL, see doc.go), makes all of them durable.
+// one badger transaction, writes the batch's writes to the commit log as
+// one record (commitlog.go), and commits the transaction, so that one
+// synced write makes all of them durable.
 // While the leader syncs, new writers queue up behind it, and the first of
 // them leads the next batch: the batch grows with the load by itself, and a
 // lone writer commits at once, without waiting for company and without a
 // goroutine hand-off.
 //
-// Badger's own batching (its write goroutine takes every commit waiting)
-// shares the value-log sync but still syncs the memtable WAL once per
-// transaction; merging the writes into one transaction shares both, and
-// also saves badger's per-transaction bookkeeping. BenchmarkCommit in
-// bench_test.go measures the two beside a bare badger Set and Commit.
+// Merging the writes into one transaction also saves badger's
+// per-transaction bookkeeping. BenchmarkCommit in bench_test.go measures
+// the commit path beside a bare badger Set and Commit and a bare synced
+// write of one block.
 //
 // Writers of one record hold its key lock (keyLocks) until their batch has
 // committed, so a batch never holds two writers of the same record, and a
@@ -38,7 +39,7 @@ import (
 const maxBatchOps = 128
 
 type commitOp struct {
-	fn   func(txn *badger.Txn) error
+	fn   func(txn *wtxn) error
 	err  error
 	wake chan struct{} // receives once: the op is done, or its writer leads
 	lead bool          // set before wake: this writer leads the next batch
@@ -48,11 +49,15 @@ type committer struct {
 	mu      sync.Mutex
 	queue   []*commitOp
 	leading bool // a writer is running a batch
+
+	// log is the durable store's commit log; nil in memory and with
+	// NoSync, where badger's commit is the whole write.
+	log *commitLog
 }
 
 // do runs fn in a batch and returns its own error once the batch that
 // carried it has committed (or failed to).
-func (c *committer) do(db *badger.DB, fn func(txn *badger.Txn) error) error {
+func (c *committer) do(db *badger.DB, fn func(txn *wtxn) error) error {
 	op := &commitOp{fn: fn, wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, op)
@@ -73,7 +78,7 @@ func (c *committer) do(db *badger.DB, fn func(txn *badger.Txn) error) error {
 	c.queue = c.queue[n:]
 	c.mu.Unlock()
 
-	commitBatch(db, batch)
+	commitBatch(db, c.log, batch)
 
 	c.mu.Lock()
 	if len(c.queue) > 0 {
@@ -93,14 +98,15 @@ func (c *committer) do(db *badger.DB, fn func(txn *badger.Txn) error) error {
 	return op.err
 }
 
-// commitBatch runs and commits ops, setting each one's err.
-func commitBatch(db *badger.DB, ops []*commitOp) {
+// commitBatch runs and commits ops, setting each one's err; with a log, it
+// checkpoints once the log is full.
+func commitBatch(db *badger.DB, log *commitLog, ops []*commitOp) {
 	for len(ops) > 0 {
-		n, err := runBatch(db, ops)
+		n, err := runBatch(db, log, ops)
 		if n < len(ops) && n > 0 {
 			// ops[n] failed after ops[:n] wrote: commit those without it,
 			// then run it again at the head of the next round.
-			_, err = runBatch(db, ops[:n])
+			_, err = runBatch(db, log, ops[:n])
 		}
 		if n == 0 {
 			n = 1 // the head failed alone in a fresh transaction: its own error
@@ -110,23 +116,28 @@ func commitBatch(db *badger.DB, ops []*commitOp) {
 		}
 		ops = ops[n:]
 	}
+	if log != nil && log.full() {
+		// The batch is durable in the log already: a failed checkpoint
+		// leaves the log growing, and the next batch tries again.
+		_ = log.checkpoint(db)
+	}
 }
 
-// runBatch runs ops in one transaction and commits it. It returns how many
-// ops ran (all of them, unless one failed: then the index of the one that
-// failed, with nothing committed) and the error of the commit, or of the
-// failed op.
-func runBatch(db *badger.DB, ops []*commitOp) (int, error) {
+// runBatch runs ops in one transaction, logs its writes and commits it. It
+// returns how many ops ran (all of them, unless one failed: then the index
+// of the one that failed, with nothing committed) and the error of the
+// commit, or of the failed op.
+func runBatch(db *badger.DB, log *commitLog, ops []*commitOp) (int, error) {
 	var err error
 	for attempt := 0; attempt < maxConflictRetries; attempt++ {
-		txn := db.NewTransaction(true)
+		txn := &wtxn{Txn: db.NewTransaction(true), logging: log != nil}
 		for i, o := range ops {
 			if err := o.fn(txn); err != nil {
 				txn.Discard()
 				return i, commitErr(err)
 			}
 		}
-		err = txn.Commit()
+		err = txn.commit(log)
 		if !errors.Is(err, badger.ErrConflict) {
 			return len(ops), commitErr(err)
 		}
@@ -139,4 +150,66 @@ func commitErr(err error) error {
 		return fmt.Errorf("%w: write too large for one transaction: %v", ErrInvalid, err)
 	}
 	return err
+}
+
+// wtxn is a read-write transaction of the store: badger's, with its
+// writes encoded for the commit log as they are made (logging). Reads go
+// to badger's Txn as they are; a read-only transaction is a wtxn too, so
+// that one set of helpers serves both.
+type wtxn struct {
+	*badger.Txn
+	logging bool
+	ops     int
+	rec     []byte // the ops, encoded (appendLogOp)
+}
+
+func (t *wtxn) Set(key, value []byte) error {
+	if err := t.Txn.Set(key, value); err != nil {
+		return err
+	}
+	t.record(logOp{key: key, value: value})
+	return nil
+}
+
+func (t *wtxn) SetEntry(e *badger.Entry) error {
+	if err := t.Txn.SetEntry(e); err != nil {
+		return err
+	}
+	t.record(logOp{key: e.Key, value: e.Value, userMeta: e.UserMeta, expiresAt: e.ExpiresAt})
+	return nil
+}
+
+func (t *wtxn) Delete(key []byte) error {
+	if err := t.Txn.Delete(key); err != nil {
+		return err
+	}
+	t.record(logOp{del: true, key: key})
+	return nil
+}
+
+func (t *wtxn) record(op logOp) {
+	if t.logging {
+		t.rec = appendLogOp(t.rec, op)
+		t.ops++
+	}
+}
+
+// commit writes the transaction's record to log (when there is one and
+// the transaction wrote anything) and then commits it to badger. A commit
+// that fails after its record was written is cancelled in the log.
+func (t *wtxn) commit(log *commitLog) error {
+	if log == nil || t.ops == 0 {
+		return t.Txn.Commit()
+	}
+	body := make([]byte, 0, 1+binary.MaxVarintLen64+len(t.rec))
+	body = binary.AppendUvarint(append(body, kindBatch), uint64(t.ops))
+	seq, err := log.write(append(body, t.rec...))
+	if err != nil {
+		t.Discard()
+		return err
+	}
+	if err := t.Txn.Commit(); err != nil {
+		return errors.Join(err, log.abort(seq))
+	}
+	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -26,7 +24,7 @@ func TestGroupCommitDropsOnlyTheFailedWrite(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			key := []byte(fmt.Sprintf("meta/t/%03d", i))
-			errs[i] = s.update(nil, func(txn *badger.Txn) error {
+			errs[i] = s.update(nil, func(txn *wtxn) error {
 				if err := txn.Set(key, []byte{byte(i)}); err != nil {
 					return err
 				}

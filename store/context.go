@@ -120,12 +120,12 @@ func (s *Store) AddToContext(ctxID protocol.ContextID, id protocol.DelegationID)
 	if id.IsZero() {
 		return fmt.Errorf("%w: zero delegation id", ErrInvalid)
 	}
-	return s.update([]string{string(contextKey(ctxID))}, func(txn *badger.Txn) error {
+	return s.update([]string{string(contextKey(ctxID))}, func(txn *wtxn) error {
 		return s.addToContext(txn, ctxID, id)
 	})
 }
 
-func (s *Store) addToContext(txn *badger.Txn, ctxID protocol.ContextID, id protocol.DelegationID) error {
+func (s *Store) addToContext(txn *wtxn, ctxID protocol.ContextID, id protocol.DelegationID) error {
 	now := nanos(s.clock())
 	var r contextRecord
 	err := getJSON(txn, contextKey(ctxID), &r, "context "+string(ctxID))
@@ -155,7 +155,7 @@ func (s *Store) addToContext(txn *badger.Txn, ctxID protocol.ContextID, id proto
 // GetContext returns a context or ErrNotFound.
 func (s *Store) GetContext(id protocol.ContextID) (Context, error) {
 	var r contextRecord
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		return getJSON(txn, contextKey(id), &r, "context "+string(id))
 	})
 	if err != nil {
@@ -201,7 +201,7 @@ func (s *Store) GetPeerContext(p peer.ID, id protocol.ContextID) (PeerContext, e
 		return PeerContext{}, err
 	}
 	var c PeerContext
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		var err error
 		c, err = s.getPeerContext(txn, p, id)
 		return err
@@ -219,7 +219,7 @@ func validPeerContext(p peer.ID, id protocol.ContextID) error {
 	return validContextID(id)
 }
 
-func (s *Store) getPeerContext(txn *badger.Txn, p peer.ID, id protocol.ContextID) (PeerContext, error) {
+func (s *Store) getPeerContext(txn *wtxn, p peer.ID, id protocol.ContextID) (PeerContext, error) {
 	c, found, err := rawPeerContext(txn, p, id)
 	switch {
 	case err != nil:
@@ -233,7 +233,7 @@ func (s *Store) getPeerContext(txn *badger.Txn, p peer.ID, id protocol.ContextID
 }
 
 // rawPeerContext reads a provider context whatever its age.
-func rawPeerContext(txn *badger.Txn, p peer.ID, id protocol.ContextID) (PeerContext, bool, error) {
+func rawPeerContext(txn *wtxn, p peer.ID, id protocol.ContextID) (PeerContext, bool, error) {
 	what := "context " + string(id) + " of " + p.String()
 	item, err := txn.Get(peerContextKey(p, id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -273,7 +273,7 @@ func (s *Store) AddPeerContextTurns(p peer.ID, id protocol.ContextID, replace bo
 		}
 	}
 	var out PeerContext
-	err := s.update([]string{string(peerContextKey(p, id))}, func(txn *badger.Txn) error {
+	err := s.update([]string{string(peerContextKey(p, id))}, func(txn *wtxn) error {
 		now := s.clock()
 		c, found, err := rawPeerContext(txn, p, id)
 		if err != nil {
@@ -340,7 +340,7 @@ const ctxPruneBatch = 256
 // recordPrefix(prefix)+suffix.
 func (s *Store) pruneIndex(prefix string, keep int, cutoff int64) (int, error) {
 	var total int
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		return scanPrefix(txn, []byte(prefix), nil, false, func(*badger.Item) error {
 			total++
 			return nil
@@ -352,7 +352,7 @@ func (s *Store) pruneIndex(prefix string, keep int, cutoff int64) (int, error) {
 	removed := 0
 	for {
 		var victims [][]byte
-		err := s.view(func(txn *badger.Txn) error {
+		err := s.view(func(txn *wtxn) error {
 			return scanPrefix(txn, []byte(prefix), nil, false, func(item *badger.Item) error {
 				k := item.Key()
 				if len(k) < len(prefix)+8 {
@@ -376,7 +376,7 @@ func (s *Store) pruneIndex(prefix string, keep int, cutoff int64) (int, error) {
 		for _, v := range victims {
 			locks = append(locks, string(indexedRecordKey(prefix, v)))
 		}
-		err = s.update(locks, func(txn *badger.Txn) error {
+		err = s.update(locks, func(txn *wtxn) error {
 			for _, v := range victims {
 				// The record may have moved on since the scan (a newer
 				// index key): then only this stale entry goes.
@@ -500,7 +500,7 @@ func (s *Store) migrate2to3(where string) error {
 	start := []byte(prefixContext)
 	for {
 		var keys [][]byte
-		err := s.db.View(func(txn *badger.Txn) error {
+		err := s.view(func(txn *wtxn) error {
 			return scanPrefix(txn, []byte(prefixContext), start, false, func(item *badger.Item) error {
 				start = append(item.KeyCopy(nil), 0)
 				var r contextRecord
@@ -522,7 +522,7 @@ func (s *Store) migrate2to3(where string) error {
 		if len(keys) == 0 {
 			break
 		}
-		if err := s.db.Update(func(txn *badger.Txn) error {
+		if err := s.update(nil, func(txn *wtxn) error {
 			for _, k := range keys {
 				if err := txn.Set(k, []byte{1}); err != nil {
 					return err
@@ -533,7 +533,7 @@ func (s *Store) migrate2to3(where string) error {
 			return fmt.Errorf("store: migrate %s to schema 3: %w", where, err)
 		}
 	}
-	return s.db.Update(func(txn *badger.Txn) error {
+	return s.update(nil, func(txn *wtxn) error {
 		return txn.Set([]byte(keySchema), be64(3))
 	})
 }

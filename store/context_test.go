@@ -177,7 +177,7 @@ func TestPeerContextTTLAndCount(t *testing.T) {
 		t.Fatalf("pruned %d expired, want 1 (b)", n)
 	}
 	var left int
-	mustNoErr(t, s.view(func(txn *badger.Txn) error {
+	mustNoErr(t, s.view(func(txn *wtxn) error {
 		return scanPrefix(txn, []byte(prefixPeerCtx), nil, false, func(*badger.Item) error { left++; return nil })
 	}))
 	if left != 1 {
@@ -192,7 +192,7 @@ func TestMigrate2to3IndexesContexts(t *testing.T) {
 	for _, id := range []protocol.ContextID{"old1", "old2"} {
 		mustNoErr(t, s.AddToContext(id, protocol.NewDelegationID()))
 	}
-	mustNoErr(t, s.db.Update(func(txn *badger.Txn) error {
+	mustNoErr(t, s.update(nil, func(txn *wtxn) error {
 		var keys [][]byte
 		if err := scanPrefix(txn, []byte(prefixIdxContext), nil, false, func(it *badger.Item) error {
 			keys = append(keys, it.KeyCopy(nil))
@@ -210,7 +210,7 @@ func TestMigrate2to3IndexesContexts(t *testing.T) {
 	setSchemaVersion(t, s, 2)
 	s = reopen(t, s, dir, Options{Contexts: ContextLimits{MaxContexts: 1}})
 	var v uint64
-	mustNoErr(t, s.view(func(txn *badger.Txn) error {
+	mustNoErr(t, s.view(func(txn *wtxn) error {
 		var err error
 		v, err = getUint64(txn, []byte(keySchema))
 		return err

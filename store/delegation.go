@@ -149,7 +149,7 @@ const (
 
 // getDelegation reads a delegation and its LastSeq, and the blobs asked for
 // (callers that only check existence or state skip them).
-func (s *Store) getDelegation(txn *badger.Txn, role Role, id protocol.DelegationID, blobs blobSet) (Delegation, error) {
+func (s *Store) getDelegation(txn *wtxn, role Role, id protocol.DelegationID, blobs blobSet) (Delegation, error) {
 	r, err := getDelegationRecord(txn, role, id)
 	if err != nil {
 		return Delegation{}, err
@@ -174,7 +174,7 @@ func (s *Store) getDelegation(txn *badger.Txn, role Role, id protocol.Delegation
 	return d, nil
 }
 
-func getDelegationRecord(txn *badger.Txn, role Role, id protocol.DelegationID) (delegationRecord, error) {
+func getDelegationRecord(txn *wtxn, role Role, id protocol.DelegationID) (delegationRecord, error) {
 	var r delegationRecord
 	item, err := txn.Get(delegationKey(role, id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -194,7 +194,7 @@ func getDelegationRecord(txn *badger.Txn, role Role, id protocol.DelegationID) (
 }
 
 // getBlob reads a blob: inline, or from its file (blobfile.go).
-func (s *Store) getBlob(txn *badger.Txn, key []byte) ([]byte, error) {
+func (s *Store) getBlob(txn *wtxn, key []byte) ([]byte, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, nil
@@ -218,7 +218,7 @@ func (s *Store) getBlob(txn *badger.Txn, key []byte) ([]byte, error) {
 // putDelegation writes d's record, and each of its blobs that differs from
 // old's (all of them when old is nil: a new delegation); on a disk store, a
 // large blob goes to a file of its own (blobfile.go).
-func (s *Store) putDelegation(txn *badger.Txn, d Delegation, old *Delegation) error {
+func (s *Store) putDelegation(txn *wtxn, d Delegation, old *Delegation) error {
 	if _, err := d.State.MarshalText(); err != nil || d.State == protocol.StateUnknown {
 		return fmt.Errorf("%w: %s state %s", ErrInvalid, dlgName(d.Role, d.ID), d.State)
 	}
@@ -324,7 +324,7 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 		locks = append(locks, string(contextKey(d.ContextID)))
 	}
 	var committed []Event
-	err := s.update(locks, func(txn *badger.Txn) error {
+	err := s.update(locks, func(txn *wtxn) error {
 		committed = committed[:0]
 		_, err := txn.Get(delegationKey(d.Role, d.ID))
 		if err == nil {
@@ -396,7 +396,7 @@ func (s *Store) DelegationInfo(role Role, id protocol.DelegationID) (Delegation,
 
 func (s *Store) readDelegation(role Role, id protocol.DelegationID, blobs blobSet) (Delegation, error) {
 	var d Delegation
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		var err error
 		d, err = s.getDelegation(txn, role, id, blobs)
 		return err
@@ -416,7 +416,7 @@ func (s *Store) UpdateDelegation(role Role, id protocol.DelegationID, fn func(*D
 		return Delegation{}, err
 	}
 	var out Delegation
-	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
+	err := s.update([]string{string(delegationKey(role, id))}, func(txn *wtxn) error {
 		old, err := s.getDelegation(txn, role, id, allBlobs)
 		if err != nil {
 			return err
@@ -486,7 +486,7 @@ func (f DelegationFilter) match(d Delegation) bool {
 // CreatedAt, then role and ID).
 func (s *Store) ListDelegations(f DelegationFilter) ([]Delegation, error) {
 	var out []Delegation
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		// The parent index narrows the scan to one delegation's children;
 		// otherwise walk the creation index newest first, so a Limit stops
 		// the walk early instead of decoding the whole history.

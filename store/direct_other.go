@@ -5,3 +5,6 @@ package store
 // oDirect is 0 where kith does not use direct I/O: value files are written
 // through the page cache (blobfile.go).
 const oDirect = 0
+
+// oDSync is 0 where the commit log syncs with File.Sync after each write.
+const oDSync = 0

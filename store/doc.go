@@ -20,17 +20,22 @@
 //
 // # Durability
 //
-// By default every write is durable when the call returns: badger runs with
-// SyncWrites, so a commit returns only after its logs have been synced. In
-// badger v4.9.6 one commit syncs twice (the value log once per batch of
-// commits, the memtable WAL once per transaction), so the store does its
+// By default every write is durable when the call returns. Badger runs
+// without SyncWrites; the store writes each commit's writes to a log of its
+// own first, one record per commit, synced with one write of whole blocks
+// to a file whose blocks were all written before (commitlog.go), and only
+// then commits them to badger. Opening the store applies the log's records
+// to badger again, so nothing badger had not yet synced when the machine
+// went down is lost; a checkpoint (at open, and each time the log passes
+// 4 MiB) syncs badger's files and starts the log over. Badger's own
+// SyncWrites synced two files per commit (its value log and its memtable
+// WAL, a sparse file whose new pages each cost a journal commit), and its
+// DB.Sync reaches only the active memtable's WAL, not the ones rotated out
+// and not yet flushed; the checkpoint syncs those too. The store does its
 // own group commit on top (commit.go): the writes queued while one commit
-// syncs all go into the next badger transaction, and share its two syncs.
-// A store-side coalescer over badger's DB.Sync with SyncWrites off would
-// be cheaper still, but DB.Sync syncs only the active memtable's WAL: a
-// write that landed in a memtable rotated out before the sync would be
-// acknowledged unsynced. Durability wins. BenchmarkCommit (bench_test.go)
-// measures the commit path beside a bare badger Set and Commit.
+// syncs all go into the next badger transaction and the next record, and
+// share its one synced write. BenchmarkCommit (bench_test.go) measures the
+// commit path beside a bare badger Set and Commit and a bare synced write.
 //
 // Options.NoSync turns syncing off for benchmarks and throwaway nodes; a
 // machine crash may then lose the last writes, never corrupt older ones.

@@ -74,7 +74,7 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 	}
 	var out Delegation
 	var committed []Event
-	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
+	err := s.update([]string{string(delegationKey(role, id))}, func(txn *wtxn) error {
 		committed = committed[:0]
 		// The blobs stay unread: putDelegation below writes the ones mutate
 		// set, and leaves the others alone.
@@ -156,7 +156,7 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 	var committed Event
 	// Same lock as Transition: an event never slips between a transition's
 	// state check and its commit, so event order is state order.
-	err := s.update([]string{string(delegationKey(role, id))}, func(txn *badger.Txn) error {
+	err := s.update([]string{string(delegationKey(role, id))}, func(txn *wtxn) error {
 		d, err := s.getDelegation(txn, role, id, noBlobs)
 		if err != nil {
 			return err
@@ -184,7 +184,7 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 // or 0 for a delegation it is creating), and returns e's. Reading it again
 // here would be a second lookup of the same key, in the store's one write
 // transaction at a time.
-func (s *Store) appendEvent(txn *badger.Txn, role Role, id protocol.DelegationID, last uint64, e Event) (uint64, error) {
+func (s *Store) appendEvent(txn *wtxn, role Role, id protocol.DelegationID, last uint64, e Event) (uint64, error) {
 	seq := last + 1
 	if err := txn.Set(eventSeqKey(role, id), be64(seq)); err != nil {
 		return 0, fmt.Errorf("store: write the event sequence of %s: %w", dlgName(role, id), err)
@@ -203,7 +203,7 @@ func (s *Store) Events(role Role, id protocol.DelegationID, afterSeq uint64) ([]
 		return nil, err
 	}
 	var out []Event
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		if _, err := s.getDelegation(txn, role, id, noBlobs); err != nil {
 			return err
 		}

@@ -19,7 +19,7 @@ func (s *Store) PutMeta(key string, value []byte) error {
 	if err := s.checkSize(value); err != nil {
 		return err
 	}
-	return s.update(nil, func(txn *badger.Txn) error {
+	return s.update(nil, func(txn *wtxn) error {
 		if err := txn.Set(metaKey(key), bytes.Clone(value)); err != nil {
 			return fmt.Errorf("store: write meta %q: %w", key, err)
 		}
@@ -30,7 +30,7 @@ func (s *Store) PutMeta(key string, value []byte) error {
 // GetMeta returns the value stored under key, or ErrNotFound.
 func (s *Store) GetMeta(key string) ([]byte, error) {
 	var v []byte
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		item, err := txn.Get(metaKey(key))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return fmt.Errorf("%w: meta %q", ErrNotFound, key)

@@ -44,7 +44,7 @@ func (s *Store) migrate1to2(where string) error {
 		for {
 			var keys, vals [][]byte
 			size := 0
-			err := s.db.View(func(txn *badger.Txn) error {
+			err := s.view(func(txn *wtxn) error {
 				return scanPrefix(txn, []byte(m.prefix), start, false, func(item *badger.Item) error {
 					start = append(item.KeyCopy(nil), 0) // the next key after this one
 					return item.Value(func(b []byte) error {
@@ -72,7 +72,7 @@ func (s *Store) migrate1to2(where string) error {
 			if len(keys) == 0 {
 				break
 			}
-			err = s.db.Update(func(txn *badger.Txn) error {
+			err = s.update(nil, func(txn *wtxn) error {
 				for i, k := range keys {
 					if err := txn.Set(k, vals[i]); err != nil {
 						return err
@@ -88,7 +88,7 @@ func (s *Store) migrate1to2(where string) error {
 			}
 		}
 	}
-	return s.db.Update(func(txn *badger.Txn) error {
+	return s.update(nil, func(txn *wtxn) error {
 		return txn.Set([]byte(keySchema), be64(2))
 	})
 }

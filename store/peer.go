@@ -112,7 +112,7 @@ func validPeerID(id peer.ID) error {
 	return nil
 }
 
-func getPeer(txn *badger.Txn, id peer.ID) (Peer, error) {
+func getPeer(txn *wtxn, id peer.ID) (Peer, error) {
 	var r peerRecord
 	if err := getJSON(txn, peerKey(id), &r, "peer "+id.String()); err != nil {
 		return Peer{}, err
@@ -121,7 +121,7 @@ func getPeer(txn *badger.Txn, id peer.ID) (Peer, error) {
 }
 
 // getOrNewPeer returns the stored peer, or a fresh untrusted one added now.
-func (s *Store) getOrNewPeer(txn *badger.Txn, id peer.ID) (Peer, error) {
+func (s *Store) getOrNewPeer(txn *wtxn, id peer.ID) (Peer, error) {
 	p, err := getPeer(txn, id)
 	if errors.Is(err, ErrNotFound) {
 		return Peer{ID: id, AddedAt: s.clock()}, nil
@@ -129,7 +129,7 @@ func (s *Store) getOrNewPeer(txn *badger.Txn, id peer.ID) (Peer, error) {
 	return p, err
 }
 
-func putPeer(txn *badger.Txn, p Peer) error {
+func putPeer(txn *wtxn, p Peer) error {
 	if _, err := p.Trust.MarshalText(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -147,7 +147,7 @@ func (s *Store) PutPeer(p Peer) error {
 	if err := validPeerID(p.ID); err != nil {
 		return err
 	}
-	return s.update([]string{string(peerKey(p.ID))}, func(txn *badger.Txn) error {
+	return s.update([]string{string(peerKey(p.ID))}, func(txn *wtxn) error {
 		old, err := s.getOrNewPeer(txn, p.ID)
 		if err != nil {
 			return err
@@ -186,7 +186,7 @@ func (s *Store) GetPeer(id peer.ID) (Peer, error) {
 	case ok:
 		return Peer{}, fmt.Errorf("%w: peer %s", ErrNotFound, id)
 	}
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		var err error
 		p, err = getPeer(txn, id)
 		return err
@@ -203,7 +203,7 @@ func (s *Store) GetPeer(id peer.ID) (Peer, error) {
 // ListPeers returns every stored peer, sorted by ID.
 func (s *Store) ListPeers() ([]Peer, error) {
 	var out []Peer
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		return scanPrefix(txn, []byte(prefixPeer), nil, false, func(item *badger.Item) error {
 			var r peerRecord
 			if err := item.Value(func(b []byte) error { return decodeJSON(b, &r, "peer") }); err != nil {
@@ -231,7 +231,7 @@ func (s *Store) UpdatePeer(id peer.ID, fn func(*Peer) error) (Peer, error) {
 		return Peer{}, err
 	}
 	var out Peer
-	err := s.update([]string{string(peerKey(id))}, func(txn *badger.Txn) error {
+	err := s.update([]string{string(peerKey(id))}, func(txn *wtxn) error {
 		old, err := s.getOrNewPeer(txn, id)
 		if err != nil {
 			return err
@@ -287,7 +287,7 @@ func (s *Store) RaiseTrust(id peer.ID, level protocol.TrustLevel, origin string)
 	if err := validPeerID(id); err != nil {
 		return false, err
 	}
-	err = s.update([]string{string(peerKey(id)), lockAudit}, func(txn *badger.Txn) error {
+	err = s.update([]string{string(peerKey(id)), lockAudit}, func(txn *wtxn) error {
 		raised = false
 		p, err := s.getOrNewPeer(txn, id)
 		if err != nil {
@@ -311,7 +311,7 @@ func (s *Store) setAudited(id peer.ID, action, origin string, change func(*Peer)
 	if err := validPeerID(id); err != nil {
 		return err
 	}
-	return s.update([]string{string(peerKey(id)), lockAudit}, func(txn *badger.Txn) error {
+	return s.update([]string{string(peerKey(id)), lockAudit}, func(txn *wtxn) error {
 		p, err := s.getOrNewPeer(txn, id)
 		if err != nil {
 			return err
@@ -330,7 +330,7 @@ func (s *Store) DeletePeer(id peer.ID, origin string) error {
 	if err := validPeerID(id); err != nil {
 		return err
 	}
-	return s.update([]string{string(peerKey(id)), lockAudit}, func(txn *badger.Txn) error {
+	return s.update([]string{string(peerKey(id)), lockAudit}, func(txn *wtxn) error {
 		p, err := getPeer(txn, id)
 		if err != nil {
 			return err

@@ -260,7 +260,7 @@ func (r planEntryRecord) entry(plan protocol.DelegationID) (PlanEntry, error) {
 		Subtask: r.Subtask, Delegation: d, Ref: r.Ref, Why: r.Why, Origin: r.Origin, At: fromNanos(r.At)}, nil
 }
 
-func putPlanJSON(txn *badger.Txn, key []byte, v any, what string) error {
+func putPlanJSON(txn *wtxn, key []byte, v any, what string) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("store: encode %s: %w", what, err)
@@ -271,7 +271,7 @@ func putPlanJSON(txn *badger.Txn, key []byte, v any, what string) error {
 	return nil
 }
 
-func getPlanJSON(txn *badger.Txn, key []byte, v any, what string) error {
+func getPlanJSON(txn *wtxn, key []byte, v any, what string) error {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return fmt.Errorf("%w: %s", ErrNotFound, what)
@@ -289,7 +289,7 @@ func getPlanJSON(txn *badger.Txn, key []byte, v any, what string) error {
 
 // planValues decodes the JSON record under every key below prefix, in key
 // order, and converts each with conv; what names the records in errors.
-func planValues[R, T any](txn *badger.Txn, prefix []byte, what string, conv func(R) (T, error)) ([]T, error) {
+func planValues[R, T any](txn *wtxn, prefix []byte, what string, conv func(R) (T, error)) ([]T, error) {
 	var out []T
 	err := scanPrefix(txn, prefix, nil, false, func(item *badger.Item) error {
 		return item.Value(func(v []byte) error {
@@ -331,7 +331,7 @@ func (s *Store) CreatePlan(p Plan, subtasks []PlanSubtask) error {
 	}
 	now := s.clock()
 	p.CreatedAt, p.UpdatedAt = now, now
-	return s.update([]string{planLock(p.ID)}, func(txn *badger.Txn) error {
+	return s.update([]string{planLock(p.ID)}, func(txn *wtxn) error {
 		if _, err := txn.Get(planKey(p.ID)); err == nil {
 			return fmt.Errorf("%w: plan %s", ErrExists, p.ID)
 		} else if !errors.Is(err, badger.ErrKeyNotFound) {
@@ -353,7 +353,7 @@ func (s *Store) CreatePlan(p Plan, subtasks []PlanSubtask) error {
 // GetPlan returns a plan or ErrNotFound.
 func (s *Store) GetPlan(id protocol.DelegationID) (Plan, error) {
 	var r planRecord
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		return getPlanJSON(txn, planKey(id), &r, "plan "+id.String())
 	})
 	if err != nil {
@@ -366,7 +366,7 @@ func (s *Store) GetPlan(id protocol.DelegationID) (Plan, error) {
 // creation time are kept as they are).
 func (s *Store) UpdatePlan(id protocol.DelegationID, fn func(*Plan) error) (Plan, error) {
 	var out Plan
-	err := s.update([]string{planLock(id)}, func(txn *badger.Txn) error {
+	err := s.update([]string{planLock(id)}, func(txn *wtxn) error {
 		var r planRecord
 		if err := getPlanJSON(txn, planKey(id), &r, "plan "+id.String()); err != nil {
 			return err
@@ -390,7 +390,7 @@ func (s *Store) UpdatePlan(id protocol.DelegationID, fn func(*Plan) error) (Plan
 // ListPlans returns every plan, newest first.
 func (s *Store) ListPlans() ([]Plan, error) {
 	var out []Plan
-	err := s.view(func(txn *badger.Txn) (err error) {
+	err := s.view(func(txn *wtxn) (err error) {
 		out, err = planValues(txn, []byte(prefixPlanRecord), "plan", planRecord.plan)
 		return err
 	})
@@ -401,7 +401,7 @@ func (s *Store) ListPlans() ([]Plan, error) {
 // PlanSubtasks returns the subtasks of a plan, ordered by ID.
 func (s *Store) PlanSubtasks(id protocol.DelegationID) ([]PlanSubtask, error) {
 	var out []PlanSubtask
-	err := s.view(func(txn *badger.Txn) (err error) {
+	err := s.view(func(txn *wtxn) (err error) {
 		out, err = planValues(txn, planSubtaskPrefix(id), "plan "+id.String()+" subtask",
 			func(r planSubtaskRecord) (PlanSubtask, error) { return r.subtask(id) })
 		return err
@@ -430,7 +430,7 @@ func (s *Store) PutPlanSubtasks(plan protocol.DelegationID, subs []PlanSubtask, 
 		}
 	}
 	var out []PlanEntry
-	err := s.update([]string{planLock(plan)}, func(txn *badger.Txn) error {
+	err := s.update([]string{planLock(plan)}, func(txn *wtxn) error {
 		if _, err := txn.Get(planKey(plan)); errors.Is(err, badger.ErrKeyNotFound) {
 			return fmt.Errorf("%w: plan %s", ErrNotFound, plan)
 		} else if err != nil {
@@ -466,7 +466,7 @@ func (s *Store) PutPlanSubtasks(plan protocol.DelegationID, subs []PlanSubtask, 
 // entries (a proposal is merged once) holds against concurrent writers.
 func (s *Store) AppendPlanEntries(plan protocol.DelegationID, check func(ledger []PlanEntry) ([]PlanEntry, error)) ([]PlanEntry, error) {
 	var out []PlanEntry
-	err := s.update([]string{planLock(plan)}, func(txn *badger.Txn) error {
+	err := s.update([]string{planLock(plan)}, func(txn *wtxn) error {
 		if _, err := txn.Get(planKey(plan)); errors.Is(err, badger.ErrKeyNotFound) {
 			return fmt.Errorf("%w: plan %s", ErrNotFound, plan)
 		} else if err != nil {
@@ -486,7 +486,7 @@ func (s *Store) AppendPlanEntries(plan protocol.DelegationID, check func(ledger 
 	return out, err
 }
 
-func (s *Store) appendPlanEntries(txn *badger.Txn, plan protocol.DelegationID, entries []PlanEntry) ([]PlanEntry, error) {
+func (s *Store) appendPlanEntries(txn *wtxn, plan protocol.DelegationID, entries []PlanEntry) ([]PlanEntry, error) {
 	out := make([]PlanEntry, 0, len(entries))
 	now := s.clock()
 	for _, e := range entries {
@@ -514,7 +514,7 @@ func (s *Store) appendPlanEntries(txn *badger.Txn, plan protocol.DelegationID, e
 	return out, nil
 }
 
-func planLedger(txn *badger.Txn, plan protocol.DelegationID) ([]PlanEntry, error) {
+func planLedger(txn *wtxn, plan protocol.DelegationID) ([]PlanEntry, error) {
 	return planValues(txn, planEntryPrefix(plan), "plan "+plan.String()+" ledger entry",
 		func(r planEntryRecord) (PlanEntry, error) { return r.entry(plan) })
 }
@@ -522,7 +522,7 @@ func planLedger(txn *badger.Txn, plan protocol.DelegationID) ([]PlanEntry, error
 // PlanLedger returns a plan's ledger, oldest entry first.
 func (s *Store) PlanLedger(plan protocol.DelegationID) ([]PlanEntry, error) {
 	var out []PlanEntry
-	err := s.view(func(txn *badger.Txn) error {
+	err := s.view(func(txn *wtxn) error {
 		var err error
 		out, err = planLedger(txn, plan)
 		return err

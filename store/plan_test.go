@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/kithmesh/kith/protocol"
 )
 
@@ -105,7 +103,7 @@ func TestPlanRefusals(t *testing.T) {
 func TestPlanNewerVersionRefused(t *testing.T) {
 	s, _ := openTest(t, Options{})
 	id := protocol.NewDelegationID()
-	err := s.update(nil, func(txn *badger.Txn) error {
+	err := s.update(nil, func(txn *wtxn) error {
 		return txn.Set(planKey(id), []byte(`{"v":2,"id":"`+id.String()+`","state":"running"}`))
 	})
 	if err != nil {

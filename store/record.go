@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/protocol"
@@ -272,7 +271,7 @@ func decodeEventRecord(b []byte, what string) (eventRecord, error) {
 }
 
 // setRecord writes an encoded record.
-func setRecord(txn *badger.Txn, key []byte, enc func() ([]byte, error), what string) error {
+func setRecord(txn *wtxn, key []byte, enc func() ([]byte, error), what string) error {
 	b, err := enc()
 	if err != nil {
 		return fmt.Errorf("store: encode %s: %w", what, err)

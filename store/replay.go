@@ -56,7 +56,7 @@ func (s *Store) loadReplay() error {
 	s.replay.pending = make(map[string]time.Time)
 	now := s.clock()
 	s.replay.lastFlush, s.replay.lastPrune = now, now
-	return s.view(func(txn *badger.Txn) error {
+	return s.view(func(txn *wtxn) error {
 		return scanPrefix(txn, []byte(prefixReplay), nil, false, func(item *badger.Item) error {
 			exp, err := replayExpiry(item)
 			if err != nil {
@@ -144,7 +144,7 @@ func (s *Store) flushReplayLocked(now time.Time) error {
 	if len(r.pending) == 0 {
 		return nil
 	}
-	err := s.update(nil, func(txn *badger.Txn) error {
+	err := s.update(nil, func(txn *wtxn) error {
 		for key, expires := range r.pending {
 			if !expires.After(now) {
 				continue
@@ -178,7 +178,7 @@ func (r *replayMem) pruneMemLocked(now time.Time) {
 	}
 }
 
-func getReplay(txn *badger.Txn, key []byte) (expires time.Time, found bool, err error) {
+func getReplay(txn *wtxn, key []byte) (expires time.Time, found bool, err error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return time.Time{}, false, nil
@@ -215,7 +215,7 @@ func (s *Store) PruneReplay(now time.Time) (removed int, err error) {
 	}
 	for {
 		var expired [][]byte
-		err := s.view(func(txn *badger.Txn) error {
+		err := s.view(func(txn *wtxn) error {
 			return scanPrefix(txn, []byte(prefixReplay), nil, false, func(item *badger.Item) error {
 				exp, err := replayExpiry(item)
 				if err != nil {
@@ -237,7 +237,7 @@ func (s *Store) PruneReplay(now time.Time) (removed int, err error) {
 		// No key locks: a batch would need a thousand. A CheckAndRemember
 		// that renews one of these keys meanwhile makes this transaction
 		// conflict, and the retry reads the renewed expiry and keeps it.
-		err = s.update(nil, func(txn *badger.Txn) error {
+		err = s.update(nil, func(txn *wtxn) error {
 			n = 0
 			for _, key := range expired {
 				exp, found, err := getReplay(txn, key)

@@ -39,7 +39,7 @@ func replayFootprint(t testing.TB, s *Store) (mem, disk int, bytes int64) {
 	s.replay.mu.Lock()
 	mem = len(s.replay.seen)
 	s.replay.mu.Unlock()
-	mustNoErr(t, s.view(func(txn *badger.Txn) error {
+	mustNoErr(t, s.view(func(txn *wtxn) error {
 		return scanPrefix(txn, []byte(prefixReplay), nil, false, func(item *badger.Item) error {
 			disk++
 			bytes += item.EstimatedSize()

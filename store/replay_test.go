@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/kithmesh/kith/crypto"
 )
 
@@ -102,7 +101,7 @@ func TestReplayWallClockExpiry(t *testing.T) {
 		t.Fatal("first sight reported seen")
 	}
 	mustNoErr(t, s.flushReplay()) // entries reach badger in batches
-	mustNoErr(t, s.view(func(txn *badger.Txn) error {
+	mustNoErr(t, s.view(func(txn *wtxn) error {
 		item, err := txn.Get(replayKey(sender, id))
 		if err != nil {
 			return err

@@ -28,14 +28,38 @@ import (
 //	   blob key holding a reference (blobfile.go), which a version 4
 //	   binary would return as the value; values in badger still read,
 //	   so migrate4to5 only stamps the version.
-const schemaVersion uint64 = 5
+//	6  the last writes of a durable store may be in its commit log
+//	   (commitlog.go) and not yet in badger's files, which a version 5
+//	   binary would not read: it would lose them after a crash. Nothing
+//	   else changed, so the migration only stamps the version.
+const schemaVersion uint64 = 6
+
+// refuseNewer refuses a database written by a newer binary before open
+// touches anything, its commit log included (whose format a newer binary
+// may have changed).
+func (s *Store) refuseNewer(where string) error {
+	return s.view(func(txn *wtxn) error {
+		v, err := getUint64(txn, []byte(keySchema))
+		if errors.Is(err, ErrNotFound) || errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if v > schemaVersion {
+			return fmt.Errorf("%w: %s has schema version %d, this kith knows versions up to %d; upgrade kith",
+				ErrSchemaTooNew, where, v, schemaVersion)
+		}
+		return nil
+	})
+}
 
 // checkSchema stamps a fresh database with schemaVersion, migrates an
 // older one, and refuses one written by a newer binary, before anything
 // else reads or writes it.
 func (s *Store) checkSchema(where string) error {
 	var v uint64
-	err := s.db.Update(func(txn *badger.Txn) error {
+	err := s.update(nil, func(txn *wtxn) error {
 		_, err := txn.Get([]byte(keySchema))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			if !isEmpty(txn) {
@@ -77,7 +101,12 @@ func (s *Store) checkSchema(where string) error {
 		}
 	}
 	if v < 5 {
-		return s.migrate4to5()
+		if err := s.migrate4to5(); err != nil {
+			return err
+		}
+	}
+	if v < 6 {
+		return s.stampSchema(6)
 	}
 	return nil
 }
@@ -85,20 +114,23 @@ func (s *Store) checkSchema(where string) error {
 // migrate3to4 stamps schema version 4: from now on this store may hold
 // version 2 delegation records, which an older binary must not open.
 func (s *Store) migrate3to4() error {
-	return s.db.Update(func(txn *badger.Txn) error {
+	return s.update(nil, func(txn *wtxn) error {
 		return txn.Set([]byte(keySchema), be64(4))
 	})
 }
 
 // migrate4to5 stamps schema version 5: from now on this store may keep
 // large values in files, which an older binary must not open.
-func (s *Store) migrate4to5() error {
-	return s.db.Update(func(txn *badger.Txn) error {
-		return txn.Set([]byte(keySchema), be64(5))
+func (s *Store) migrate4to5() error { return s.stampSchema(5) }
+
+// stampSchema records schema version v.
+func (s *Store) stampSchema(v uint64) error {
+	return s.update(nil, func(txn *wtxn) error {
+		return txn.Set([]byte(keySchema), be64(v))
 	})
 }
 
-func isEmpty(txn *badger.Txn) bool {
+func isEmpty(txn *wtxn) bool {
 	o := badger.DefaultIteratorOptions
 	o.PrefetchValues = false
 	it := txn.NewIterator(o)

@@ -99,11 +99,6 @@ type Store struct {
 	watch   watchers // Watch's subscribers
 	commits committer
 
-	// direct commits each write in its own badger transaction, relying on
-	// badger's batching alone: the store's behaviour before group commit,
-	// kept so that BenchmarkCommit can compare the two in one run.
-	direct bool
-
 	metrics *Metrics // nil: not measured
 
 	ctxLimits ContextLimits
@@ -125,14 +120,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("store: create %s: %w", dir, err)
 	}
+	// Badger never syncs on commit: a durable store's commit log does
+	// (commitlog.go), with one synced write per commit.
 	bo := badgerOptions(dir, opts)
-	bo.SyncWrites = !opts.NoSync
-	s, err := open(bo, opts, dir, MaxValueSize)
+	s, err := open(bo, opts, dir, MaxValueSize, !opts.NoSync)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.openFileBlobs(dir, !opts.NoSync); err != nil {
-		return nil, errors.Join(err, s.db.Close())
+		return nil, errors.Join(err, s.db.Close(), s.commits.log.close())
 	}
 	return s, nil
 }
@@ -143,7 +139,7 @@ func Open(dir string, opts Options) (*Store, error) {
 func OpenInMemory(opts Options) (*Store, error) {
 	bo := badgerOptions("", opts).WithValueThreshold(1 << 20)
 	bo.InMemory = true
-	return open(bo, opts, "(in memory)", memValueSize)
+	return open(bo, opts, "(in memory)", memValueSize, false)
 }
 
 func badgerOptions(dir string, opts Options) badger.Options {
@@ -162,13 +158,35 @@ func badgerOptions(dir string, opts Options) badger.Options {
 	return bo
 }
 
-func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, error) {
+// open opens badger with bo and, for a durable store (logged), its commit
+// log: the log's records are applied to badger before anything reads it,
+// and once the schema is checked and migrated a checkpoint makes all of
+// it durable and starts the log over.
+func open(bo badger.Options, opts Options, where string, maxValue int, logged bool) (_ *Store, err error) {
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", where, err)
 	}
 	s := &Store{db: db, now: opts.Now, maxValue: maxValue, metrics: opts.Metrics,
 		ctxLimits: opts.Contexts.withDefaults(maxValue)}
+	if err := s.refuseNewer(where); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	if logged {
+		log, records, err := openCommitLog(bo.Dir)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("store: open %s: %w", where, err), db.Close())
+		}
+		defer func() {
+			if err != nil {
+				err = errors.Join(err, log.close())
+			}
+		}()
+		if err := replayLog(db, records); err != nil {
+			return nil, errors.Join(fmt.Errorf("store: open %s: %w", where, err), db.Close())
+		}
+		s.commits.log = log
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -181,6 +199,11 @@ func open(bo badger.Options, opts Options, where string, maxValue int) (*Store, 
 	}
 	if err := s.loadReplay(); err != nil {
 		return nil, errors.Join(err, db.Close())
+	}
+	if s.commits.log != nil {
+		if err := s.commits.log.checkpoint(db); err != nil {
+			return nil, errors.Join(err, db.Close())
+		}
 	}
 	return s, nil
 }
@@ -195,7 +218,11 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	if s.commits.log != nil {
+		err = errors.Join(err, s.commits.log.close())
+	}
+	if err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
 	if flushErr != nil && !errors.Is(flushErr, ErrClosed) {
@@ -225,13 +252,13 @@ func (s *Store) checkSize(values ...[]byte) error {
 }
 
 // view runs fn in a read-only transaction.
-func (s *Store) view(fn func(txn *badger.Txn) error) error {
+func (s *Store) view(fn func(txn *wtxn) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
-	return s.db.View(fn)
+	return s.db.View(func(t *badger.Txn) error { return fn(&wtxn{Txn: t}) })
 }
 
 // update runs fn in a read-write transaction while holding the in-process
@@ -240,7 +267,7 @@ func (s *Store) view(fn func(txn *badger.Txn) error) error {
 // commit.go), and fn may run more than once (a batch that lost a member, a
 // badger conflict), so fn must derive everything it writes from what it
 // reads; when it fails, nothing it wrote is committed.
-func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error {
+func (s *Store) update(lockKeys []string, fn func(txn *wtxn) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -251,18 +278,7 @@ func (s *Store) update(lockKeys []string, fn func(txn *badger.Txn) error) error 
 	defer s.peers.forget(lockKeys) // after the commit, before the unlock
 
 	defer s.metrics.observeCommit(time.Now())
-	if !s.direct {
-		return s.commits.do(s.db, fn)
-	}
-	var err error
-	for attempt := 0; attempt < maxConflictRetries; attempt++ {
-		err = s.db.Update(fn)
-		if !errors.Is(err, badger.ErrConflict) {
-			return commitErr(err)
-		}
-		time.Sleep(time.Duration(attempt+1) * 100 * time.Microsecond)
-	}
-	return fmt.Errorf("store: gave up after %d conflicting attempts: %w", maxConflictRetries, err)
+	return s.commits.do(s.db, fn)
 }
 
 // CollectGarbage reclaims value-log space held by large values (event

@@ -142,14 +142,14 @@ func delegationsEqual(a, b Delegation) bool {
 // database with schema version v.
 func setSchemaVersion(t *testing.T, s *Store, v uint64) {
 	t.Helper()
-	mustNoErr(t, s.db.Update(func(txn *badger.Txn) error {
+	mustNoErr(t, s.update(nil, func(txn *wtxn) error {
 		return txn.Set([]byte(keySchema), be64(v))
 	}))
 }
 
 func TestSchemaVersion(t *testing.T) {
 	s, dir := openTest(t, Options{})
-	mustNoErr(t, s.view(func(txn *badger.Txn) error {
+	mustNoErr(t, s.view(func(txn *wtxn) error {
 		v, err := getUint64(txn, []byte(keySchema))
 		if v != schemaVersion {
 			t.Errorf("fresh store schema version = %d, want %d", v, schemaVersion)
@@ -175,7 +175,7 @@ func TestSchemaVersion(t *testing.T) {
 	mustNoErr(t, err)
 	defer db.Close()
 	mustNoErr(t, db.View(func(txn *badger.Txn) error {
-		v, err := getUint64(txn, []byte(keySchema))
+		v, err := getUint64(&wtxn{Txn: txn}, []byte(keySchema))
 		if v != schemaVersion+1 {
 			t.Errorf("schema version after refused open = %d", v)
 		}

@@ -1,0 +1,413 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// copyDir copies the regular files of src, and of its subdirectories, to
+// dst: a snapshot of a closed store.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	mustNoErr(t, filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o700)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o600)
+	}))
+}
+
+func readLog(t *testing.T, dir string) (batches [][]byte, next uint64, end int64, size int) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, logFileName))
+	mustNoErr(t, err)
+	_, first, err := parseLogHeader(data)
+	mustNoErr(t, err)
+	batches, next, end = parseLogRecords(data, first)
+	return batches, next, end, len(data)
+}
+
+func deleteMeta(t *testing.T, s *Store, key string) {
+	t.Helper()
+	mustNoErr(t, s.update(nil, func(txn *wtxn) error { return txn.Delete(metaKey(key)) }))
+}
+
+func getMetaOK(t *testing.T, s *Store, key string) ([]byte, bool) {
+	t.Helper()
+	v, err := s.GetMeta(key)
+	if errors.Is(err, ErrNotFound) {
+		return nil, false
+	}
+	mustNoErr(t, err)
+	return v, true
+}
+
+// TestCommitLogReplaysLostWrites: badger loses every write it had not
+// synced (here: its files are put back as they were at the last
+// checkpoint), and the log brings them all back at open, in order.
+func TestCommitLogReplaysLostWrites(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	mustNoErr(t, s.PutMeta("kept", []byte("before")))
+	mustNoErr(t, s.PutMeta("deleted", []byte("before")))
+	mustNoErr(t, s.Close())
+	checkpointed := t.TempDir()
+	copyDir(t, dir, checkpointed) // badger's files as the checkpoint at open left them
+
+	s = openAt(t, dir, Options{})
+	mustNoErr(t, s.PutMeta("new", []byte("one")))
+	mustNoErr(t, s.PutMeta("new", []byte("two")))
+	mustNoErr(t, s.PutMeta("kept", []byte("after")))
+	deleteMeta(t, s, "deleted")
+	big := bytes.Repeat([]byte("x"), 200<<10) // several blocks in one record
+	mustNoErr(t, s.PutMeta("big", big))
+	logCopy, err := os.ReadFile(filepath.Join(dir, logFileName)) // synced: every call above returned
+	mustNoErr(t, err)
+
+	// The crash: badger's files as at the checkpoint, the log as written.
+	lost := t.TempDir()
+	copyDir(t, checkpointed, lost)
+	mustNoErr(t, os.WriteFile(filepath.Join(lost, logFileName), logCopy, 0o600))
+	before := openAt(t, checkpointed, Options{})
+	if _, ok := getMetaOK(t, before, "new"); ok {
+		t.Fatal("the snapshot already holds the writes: the test shows nothing")
+	}
+	mustNoErr(t, before.Close())
+
+	r := openAt(t, lost, Options{})
+	for key, want := range map[string]string{"new": "two", "kept": "after", "big": string(big)} {
+		if got, ok := getMetaOK(t, r, key); !ok || string(got) != want {
+			t.Errorf("%s after replay: %.20q (found %v), want %.20q", key, got, ok, want)
+		}
+	}
+	if _, ok := getMetaOK(t, r, "deleted"); ok {
+		t.Error("a logged delete was not replayed")
+	}
+	// Open checkpointed and started the log over; writes go on from there.
+	if batches, _, _, _ := readLog(t, lost); len(batches) != 0 {
+		t.Errorf("log after open holds %d records, want 0", len(batches))
+	}
+	mustNoErr(t, r.PutMeta("later", []byte("x")))
+	r = reopen(t, r, lost, Options{})
+	if got, ok := getMetaOK(t, r, "later"); !ok || string(got) != "x" {
+		t.Errorf("write after a replay lost: %q %v", got, ok)
+	}
+}
+
+// TestCommitLogTornRecord: a record cut short by a crash (it was never
+// acknowledged) is dropped with everything after it; the records before it
+// replay, and the log goes on at the dropped record's sequence number.
+func TestCommitLogTornRecord(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	mustNoErr(t, s.Close())
+	checkpointed := t.TempDir()
+	copyDir(t, dir, checkpointed)
+
+	s = openAt(t, dir, Options{})
+	mustNoErr(t, s.PutMeta("a", []byte("1")))
+	_, _, endA, _ := readLog(t, dir)
+	mustNoErr(t, s.PutMeta("b", []byte("2")))
+	logCopy, err := os.ReadFile(filepath.Join(dir, logFileName))
+	mustNoErr(t, err)
+	mustNoErr(t, s.Close())
+	logCopy[endA+logRecordHeader+2] ^= 0xff // inside b's record
+
+	lost := t.TempDir()
+	copyDir(t, checkpointed, lost)
+	mustNoErr(t, os.WriteFile(filepath.Join(lost, logFileName), logCopy, 0o600))
+	if batches, next, _, _ := readLog(t, lost); len(batches) != 1 || next != 3 {
+		t.Fatalf("torn log parses to %d records, next %d; want 1 and 3", len(batches), next)
+	}
+	r := openAt(t, lost, Options{})
+	if got, ok := getMetaOK(t, r, "a"); !ok || string(got) != "1" {
+		t.Errorf("record before the torn one: %q %v", got, ok)
+	}
+	if _, ok := getMetaOK(t, r, "b"); ok {
+		t.Error("the torn record was applied")
+	}
+	mustNoErr(t, r.PutMeta("c", []byte("3")))
+	if batches, next, _, _ := readLog(t, lost); len(batches) != 1 || next != 4 {
+		t.Errorf("after open and one write: %d records, next %d; want 1 and 4", len(batches), next)
+	}
+	r = reopen(t, r, lost, Options{})
+	if got, ok := getMetaOK(t, r, "c"); !ok || string(got) != "3" {
+		t.Errorf("write after the torn record: %q %v", got, ok)
+	}
+}
+
+// TestCommitLogCycles: a log that checkpoints and starts over many times
+// never replays what an earlier cycle left behind in its blocks. Every
+// record here is one block long, so records of one cycle start where those
+// of the cycle before did, and no zeroes follow the last one: only the
+// sequence numbers tell the stale records from the live ones.
+func TestCommitLogCycles(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	s.commits.log.checkpointAt = 64 << 10
+	// fill returns a value for metaKey("filler") that makes a batch of
+	// before and that write one block long.
+	fill := func(before ...logOp) []byte {
+		for n := 0; n < logBlock; n++ {
+			v := make([]byte, n)
+			body := binary.AppendUvarint([]byte{kindBatch}, uint64(len(before)+1))
+			for _, op := range before {
+				body = appendLogOp(body, op)
+			}
+			body = appendLogOp(body, logOp{key: metaKey("filler"), value: v})
+			if logRecordHeader+len(body) == logBlock {
+				return v
+			}
+		}
+		t.Fatal("no filler makes a record one block long")
+		return nil
+	}
+	filler := fill()
+	for range 100 {
+		mustNoErr(t, s.PutMeta("filler", filler))
+	}
+	if s.commits.log.gen < 5 {
+		t.Fatalf("log generation %d after 100 writes of a block: it did not cycle", s.commits.log.gen)
+	}
+	nextCycle := func() {
+		for gen := s.commits.log.gen; s.commits.log.gen == gen; {
+			mustNoErr(t, s.PutMeta("filler", filler))
+		}
+	}
+	// One cycle writes "gone" in its third record; the next deletes it in
+	// its first and stops after its second, so that the stale third record
+	// follows the log's end.
+	nextCycle()
+	mustNoErr(t, s.PutMeta("filler", filler))
+	mustNoErr(t, s.PutMeta("filler", filler))
+	stale := fill(logOp{key: metaKey("gone"), value: []byte("stale")})
+	mustNoErr(t, s.update(nil, func(txn *wtxn) error {
+		return errors.Join(txn.Set(metaKey("gone"), []byte("stale")), txn.Set(metaKey("filler"), stale))
+	}))
+	nextCycle()
+	if s.commits.log.off != logDataStart {
+		t.Fatalf("new cycle at %d, want %d", s.commits.log.off, logDataStart)
+	}
+	deleted := fill(logOp{del: true, key: metaKey("gone")})
+	mustNoErr(t, s.update(nil, func(txn *wtxn) error {
+		return errors.Join(txn.Delete(metaKey("gone")), txn.Set(metaKey("filler"), deleted))
+	}))
+	mustNoErr(t, s.PutMeta("filler", filler))
+	mustNoErr(t, s.Close())
+
+	batches, _, end, _ := readLog(t, dir)
+	if len(batches) != 2 || end != logDataStart+2*logBlock {
+		t.Fatalf("log holds %d records ending at %d, want 2 ending at %d", len(batches), end, logDataStart+2*logBlock)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, logFileName))
+	mustNoErr(t, err)
+	if !bytes.Contains(data[end:end+logBlock], []byte("stale")) {
+		t.Fatal("the earlier cycle's record of gone does not follow the log's end: the test shows nothing")
+	}
+	s = openAt(t, dir, Options{})
+	if v, ok := getMetaOK(t, s, "gone"); ok {
+		t.Errorf("gone is back (%q): a stale record was replayed", v)
+	}
+	if v, ok := getMetaOK(t, s, "filler"); !ok || !bytes.Equal(v, filler) {
+		t.Errorf("filler after cycles: %d bytes, found %v", len(v), ok)
+	}
+}
+
+// TestCommitLogAbort: a batch whose badger commit failed after its record
+// was written is cancelled by an abort record, and replay leaves it out.
+func TestCommitLogAbort(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	mustNoErr(t, s.Close())
+	l, records, err := openCommitLog(dir)
+	mustNoErr(t, err)
+	if len(records) != 0 {
+		t.Fatalf("fresh log holds %d records", len(records))
+	}
+	batch := func(key, value string) []byte {
+		rec := appendLogOp(nil, logOp{key: metaKey(key), value: []byte(value)})
+		return append(binary.AppendUvarint([]byte{kindBatch}, 1), rec...)
+	}
+	seq, err := l.write(batch("failed", "x"))
+	mustNoErr(t, err)
+	mustNoErr(t, l.abort(seq))
+	_, err = l.write(batch("committed", "y"))
+	mustNoErr(t, err)
+	mustNoErr(t, l.close())
+
+	s = openAt(t, dir, Options{})
+	if _, ok := getMetaOK(t, s, "failed"); ok {
+		t.Error("an aborted batch was replayed")
+	}
+	if v, ok := getMetaOK(t, s, "committed"); !ok || string(v) != "y" {
+		t.Errorf("the batch after the abort: %q %v", v, ok)
+	}
+}
+
+// TestCommitLogHeader: a torn write of the newer header slot leaves the
+// older one in force; a log with no valid header is refused, and the store
+// with it, with nothing changed.
+func TestCommitLogHeader(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	mustNoErr(t, s.PutMeta("k", []byte("v")))
+	mustNoErr(t, s.Close())
+	path := filepath.Join(dir, logFileName)
+	data, err := os.ReadFile(path)
+	mustNoErr(t, err)
+	gen, _, err := parseLogHeader(data)
+	mustNoErr(t, err)
+	data[(gen%2)*logBlock+9] ^= 1 // the newer slot's generation
+	mustNoErr(t, os.WriteFile(path, data, 0o600))
+	if g, _, err := parseLogHeader(data); err != nil || g != gen-1 {
+		t.Fatalf("with the newer slot torn: generation %d, %v; want %d", g, err, gen-1)
+	}
+	s = openAt(t, dir, Options{})
+	if v, ok := getMetaOK(t, s, "k"); !ok || string(v) != "v" {
+		t.Errorf("after a torn header: %q %v", v, ok)
+	}
+	mustNoErr(t, s.Close())
+
+	data, err = os.ReadFile(path)
+	mustNoErr(t, err)
+	data[8] ^= 1
+	data[logBlock+8] ^= 1
+	mustNoErr(t, os.WriteFile(path, data, 0o600))
+	_, err = Open(dir, Options{})
+	wantErr(t, err, ErrCorrupt)
+	if !strings.Contains(err.Error(), "commit log") {
+		t.Errorf("error does not name the commit log: %v", err)
+	}
+	after, err := os.ReadFile(path)
+	mustNoErr(t, err)
+	if !bytes.Equal(after, data) {
+		t.Error("a refused open changed the log")
+	}
+}
+
+// TestCommitLogOnlyWhenDurable: NoSync and in-memory stores have no log,
+// and a durable store's commit writes one record per batch.
+func TestCommitLogOnlyWhenDurable(t *testing.T) {
+	s, dir := openTest(t, Options{NoSync: true})
+	if s.commits.log != nil {
+		t.Error("a NoSync store has a commit log")
+	}
+	if _, err := os.Stat(filepath.Join(dir, logFileName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a NoSync store wrote %s: %v", logFileName, err)
+	}
+	m, err := OpenInMemory(Options{})
+	mustNoErr(t, err)
+	defer m.Close()
+	if m.commits.log != nil {
+		t.Error("an in-memory store has a commit log")
+	}
+
+	d, dir := openTest(t, Options{})
+	mustNoErr(t, d.PutMeta("k", []byte("v")))
+	batches, _, _, _ := readLog(t, dir)
+	if len(batches) != 1 {
+		t.Fatalf("log holds %d records after one write, want 1", len(batches))
+	}
+	ops, err := decodeLogBatch(batches[0])
+	mustNoErr(t, err)
+	if len(ops) != 1 || !bytes.Equal(ops[0].key, metaKey("k")) || string(ops[0].value) != "v" {
+		t.Errorf("logged ops: %+v", ops)
+	}
+}
+
+// TestLogOpRoundTrip: what appendLogOp writes, decodeLogBatch reads back.
+func TestLogOpRoundTrip(t *testing.T) {
+	ops := []logOp{
+		{key: []byte("a"), value: []byte("1")},
+		{key: []byte("b"), value: nil, userMeta: metaFileBlob, expiresAt: 1 << 40},
+		{del: true, key: []byte("c")},
+		{key: []byte("d"), value: bytes.Repeat([]byte{0}, 1000)},
+	}
+	body := binary.AppendUvarint([]byte{kindBatch}, uint64(len(ops)))
+	for _, op := range ops {
+		body = appendLogOp(body, op)
+	}
+	got, err := decodeLogBatch(body)
+	mustNoErr(t, err)
+	if len(got) != len(ops) {
+		t.Fatalf("%d ops back, want %d", len(got), len(ops))
+	}
+	for i := range ops {
+		w, g := ops[i], got[i]
+		if w.del != g.del || !bytes.Equal(w.key, g.key) || !bytes.Equal(w.value, g.value) ||
+			w.userMeta != g.userMeta || w.expiresAt != g.expiresAt {
+			t.Errorf("op %d: %+v, want %+v", i, g, w)
+		}
+	}
+	for cut := 1; cut < len(body); cut += 97 {
+		if _, err := decodeLogBatch(body[:cut]); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("body cut at %d: %v, want ErrCorrupt", cut, err)
+		}
+	}
+}
+
+// FuzzCommitLog: parsing any bytes as a log never panics, stays inside the
+// data, and every batch it returns decodes or is ErrCorrupt.
+func FuzzCommitLog(f *testing.F) {
+	empty := make([]byte, logDataStart)
+	putLogSlot(empty[logBlock:], 1, 1)
+	f.Add(empty)
+	dir := f.TempDir()
+	l, _, err := openCommitLog(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	body := append(binary.AppendUvarint([]byte{kindBatch}, 2),
+		appendLogOp(appendLogOp(nil, logOp{key: []byte("k"), value: []byte("v")}), logOp{del: true, key: []byte("d")})...)
+	seq, err := l.write(body)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := l.abort(seq); err != nil {
+		f.Fatal(err)
+	}
+	if _, err := l.write(body); err != nil {
+		f.Fatal(err)
+	}
+	if err := l.close(); err != nil {
+		f.Fatal(err)
+	}
+	seed, err := os.ReadFile(filepath.Join(dir, logFileName))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed[:logDataStart+logBlock])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, first, err := parseLogHeader(data)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("header error not ErrCorrupt: %v", err)
+			}
+			first = 1
+			if len(data) < logDataStart {
+				return
+			}
+		}
+		batches, next, end := parseLogRecords(data, first)
+		if end < logDataStart || end > int64(len(data)) || next < first {
+			t.Fatalf("end %d of %d bytes, next %d from %d", end, len(data), next, first)
+		}
+		for _, b := range batches {
+			if _, err := decodeLogBatch(b); err != nil && !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("batch error not ErrCorrupt: %v", err)
+			}
+		}
+	})
+}
