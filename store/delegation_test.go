@@ -440,28 +440,31 @@ func TestRoleText(t *testing.T) {
 
 // TestLargeValues: a Transition carrying a 1 MiB result and a 1 MiB event
 // payload fits in one transaction (large values go to the value log),
-// survives a reopen, and CollectGarbage runs after the record is rewritten.
+// survives a reopen, and CollectGarbage runs after the record is rewritten,
+// on a store that syncs (through its commit log) and on one that does not.
 func TestLargeValues(t *testing.T) {
-	s, dir := openTest(t, Options{NoSync: true})
 	id := protocol.NewDelegationID()
 	big := func(b byte) []byte { return bytes.Repeat([]byte{b}, 1<<20) }
-	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: big('o')}))
-	_, err := s.Transition(RoleProvider, id, protocol.StateRunning, Event{Data: big('e')}, nil)
-	mustNoErr(t, err)
-	_, err = s.Transition(RoleProvider, id, protocol.StateCompleted, Event{Data: big('f')}, func(d *Delegation) { d.Result = big('r') })
-	mustNoErr(t, err)
-	mustNoErr(t, s.CollectGarbage())
+	for _, opts := range []Options{{NoSync: true}, {}} {
+		s, dir := openTest(t, opts)
+		mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: big('o')}))
+		_, err := s.Transition(RoleProvider, id, protocol.StateRunning, Event{Data: big('e')}, nil)
+		mustNoErr(t, err)
+		_, err = s.Transition(RoleProvider, id, protocol.StateCompleted, Event{Data: big('f')}, func(d *Delegation) { d.Result = big('r') })
+		mustNoErr(t, err)
+		mustNoErr(t, s.CollectGarbage())
 
-	s = reopen(t, s, dir, Options{})
-	d, err := s.GetDelegation(RoleProvider, id)
-	mustNoErr(t, err)
-	if !bytes.Equal(d.Offer, big('o')) || !bytes.Equal(d.Result, big('r')) {
-		t.Error("large offer or result changed across reopen")
-	}
-	evs, err := s.Events(RoleProvider, id, 0)
-	mustNoErr(t, err)
-	if len(evs) != 2 || !bytes.Equal(evs[1].Data, big('f')) {
-		t.Error("large event payload changed across reopen")
+		s = reopen(t, s, dir, Options{})
+		d, err := s.GetDelegation(RoleProvider, id)
+		mustNoErr(t, err)
+		if !bytes.Equal(d.Offer, big('o')) || !bytes.Equal(d.Result, big('r')) {
+			t.Errorf("NoSync %v: large offer or result changed across reopen", opts.NoSync)
+		}
+		evs, err := s.Events(RoleProvider, id, 0)
+		mustNoErr(t, err)
+		if len(evs) != 2 || !bytes.Equal(evs[1].Data, big('f')) {
+			t.Errorf("NoSync %v: large event payload changed across reopen", opts.NoSync)
+		}
 	}
 
 	// In memory every value is inline: a value over the cap, or a transaction
@@ -481,7 +484,7 @@ func TestLargeValues(t *testing.T) {
 	if strings.Contains(err.Error(), "00000000") {
 		t.Errorf("error carries badger's hex dump: %.200s", err)
 	}
-	d, err = m.GetDelegation(RoleProvider, id)
+	d, err := m.GetDelegation(RoleProvider, id)
 	mustNoErr(t, err)
 	if d.State != protocol.StateOffered || d.Offer != nil || d.LastSeq != 0 {
 		t.Errorf("refused transition changed the delegation: %+v", d)

@@ -108,6 +108,12 @@ type Store struct {
 	files *fileBlobs
 
 	peers peerCache // GetPeer's answers (peercache.go)
+
+	// gcMu makes CollectGarbage one at a time. gcPins are the iterators
+	// (and their transactions) it left open because badger's files could
+	// not be synced after a collection; Close syncs and closes them.
+	gcMu   sync.Mutex
+	gcPins []func()
 }
 
 // Open opens, or creates, the store in dir (created with mode 0700 if
@@ -218,7 +224,14 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
-	err := s.db.Close()
+	var err error
+	if len(s.gcPins) > 0 {
+		err = syncBadger(s.db, s.commits.log.dir) // before the files of a collection go
+		for _, release := range s.gcPins {
+			release()
+		}
+	}
+	err = errors.Join(err, s.db.Close())
 	if s.commits.log != nil {
 		err = errors.Join(err, s.commits.log.close())
 	}
@@ -284,15 +297,42 @@ func (s *Store) update(lockKeys []string, fn func(txn *wtxn) error) error {
 // CollectGarbage reclaims value-log space held by large values (event
 // payloads, and offers and results a schema 4 store kept there) that were
 // overwritten or deleted; files of replaced offers and results go at the
-// next Open (blobfile.go). The store starts no goroutines
-// beyond badger's own, so nothing runs this by itself: the node calls it
-// from its run loop now and then, beside PruneReplay. Each call rewrites at most a
-// few log files, each only if at least half of it is garbage.
-func (s *Store) CollectGarbage() error {
+// next Open (blobfile.go). The store starts no goroutines beyond badger's
+// own, so nothing runs this by itself: the node calls it from its run loop
+// now and then, beside PruneReplay. Each call rewrites at most a few log
+// files, each only if at least half of it is garbage.
+//
+// Badger's garbage collection moves the live values of a log file with
+// writes of its own, which the commit log does not see and badger, without
+// SyncWrites, does not sync, and then removes the file, unless an iterator
+// is open: then the removal waits until the last one closes. So a durable
+// store holds an iterator open while it collects, syncs badger's files
+// (syncBadger), and only then lets the files go: a crash never finds a
+// moved value neither in its old file nor durably in its new place.
+func (s *Store) CollectGarbage() (err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
+	}
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	if log := s.commits.log; log != nil {
+		txn := s.db.NewTransaction(false)
+		it := txn.NewIterator(badger.IteratorOptions{})
+		release := func() { it.Close(); txn.Discard() }
+		defer func() {
+			if err == nil {
+				err = syncBadger(s.db, log.dir)
+			}
+			if err != nil {
+				// Without the sync the files must stay: the iterator
+				// stays open, and badger keeps them, until Close.
+				s.gcPins = append(s.gcPins, release)
+				return
+			}
+			release()
+		}()
 	}
 	for range 4 {
 		err := s.db.RunValueLogGC(0.5)
