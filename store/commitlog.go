@@ -83,9 +83,10 @@ const (
 // commitLog is a durable store's log. Only the leader of a batch writes it
 // (commit.go), and open and Close, when nothing else does.
 type commitLog struct {
-	dir  string // badger's directory, where the log lives
-	f    *os.File
-	sync bool // O_DSYNC is not available here: write, then f.Sync
+	dir    string // badger's directory, where the log lives
+	f      *os.File
+	direct bool // f was opened with O_DIRECT
+	sync   bool // O_DSYNC is not available here: write, then f.Sync
 
 	gen  uint64 // generation of the header slot in force
 	next uint64 // sequence number of the next record
@@ -120,6 +121,7 @@ func openCommitLog(dir string) (*commitLog, [][]byte, error) {
 		size: int64(len(data)) &^ (logBlock - 1), buf: alignedBuffer(logBlock), checkpointAt: logCheckpointAt}
 	copy(l.buf, data[end&^(logBlock-1):end])
 	l.f, err = os.OpenFile(path, os.O_WRONLY|oDirect|oDSync, 0)
+	l.direct = oDirect != 0 && err == nil
 	if oDirect != 0 && errors.Is(err, syscall.EINVAL) {
 		l.f, err = os.OpenFile(path, os.O_WRONLY|oDSync, 0) // a file system without direct I/O
 	}
@@ -128,6 +130,26 @@ func openCommitLog(dir string) (*commitLog, [][]byte, error) {
 	}
 	l.sync = oDSync == 0
 	return l, records, nil
+}
+
+// writeAt writes b at off. A file system that took O_DIRECT at open but
+// refuses the write (an alignment it does not take) gets the log reopened
+// without it, and the write again.
+func (l *commitLog) writeAt(b []byte, off int64) error {
+	_, err := l.f.WriteAt(b, off)
+	if err != nil && l.direct && errors.Is(err, syscall.EINVAL) {
+		f, oerr := os.OpenFile(filepath.Join(l.dir, logFileName), os.O_WRONLY|oDSync, 0)
+		if oerr != nil {
+			return errors.Join(err, oerr)
+		}
+		_ = l.f.Close()
+		l.f, l.direct = f, false
+		_, err = l.f.WriteAt(b, off)
+	}
+	if err == nil && l.sync {
+		err = l.f.Sync()
+	}
+	return err
 }
 
 // createCommitLog writes a new, empty log under a temporary name and
@@ -207,10 +229,11 @@ func parseLogRecords(data []byte, first uint64) (batches [][]byte, next uint64, 
 	off, seq := logDataStart, first
 	for off+logRecordHeader <= len(data) {
 		h := data[off:]
-		n := int(binary.LittleEndian.Uint32(h[4:]))
-		if n == 0 || n > len(data)-off-logRecordHeader {
+		n64 := uint64(binary.LittleEndian.Uint32(h[4:]))
+		if n64 == 0 || n64 > uint64(len(data)-off-logRecordHeader) {
 			break
 		}
+		n := int(n64)
 		if binary.LittleEndian.Uint64(h[8:]) != seq ||
 			crc32.Checksum(h[4:logRecordHeader+n], castagnoli) != binary.LittleEndian.Uint32(h) {
 			break
@@ -348,13 +371,8 @@ func (l *commitLog) write(body []byte) (uint64, error) {
 	copy(r[logRecordHeader:], body)
 	binary.LittleEndian.PutUint32(r, crc32.Checksum(r[4:logRecordHeader+len(body)], castagnoli))
 	clear(buf[int(end-start):])
-	if _, err := l.f.WriteAt(buf, start); err != nil {
+	if err := l.writeAt(buf, start); err != nil {
 		return 0, fmt.Errorf("store: write commit log: %w", err)
-	}
-	if l.sync {
-		if err := l.f.Sync(); err != nil {
-			return 0, fmt.Errorf("store: sync commit log: %w", err)
-		}
 	}
 	l.next++
 	l.off = end
@@ -398,13 +416,8 @@ func (l *commitLog) checkpoint(db *badger.DB) error {
 	gen := l.gen + 1
 	b := alignedBuffer(logBlock)
 	putLogSlot(b, gen, l.next)
-	if _, err := l.f.WriteAt(b, int64(gen%2)*logBlock); err != nil {
+	if err := l.writeAt(b, int64(gen%2)*logBlock); err != nil {
 		return fmt.Errorf("store: write commit log header: %w", err)
-	}
-	if l.sync {
-		if err := l.f.Sync(); err != nil {
-			return fmt.Errorf("store: sync commit log header: %w", err)
-		}
 	}
 	l.gen = gen
 	l.off = logDataStart
@@ -455,6 +468,36 @@ func syncBadger(db *badger.DB, dir string) error {
 		return fmt.Errorf("store: checkpoint: %w", err)
 	}
 	return nil
+}
+
+// dropCommitLog applies the log in dir, if there is one, to a store opened
+// without sync, makes badger durable, and removes the log: writes from now
+// on bypass it, and a log left behind would bring older values back over
+// them the next time the store opens with sync.
+func dropCommitLog(db *badger.DB, dir string) error {
+	path := filepath.Join(dir, logFileName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store: read commit log: %w", err)
+	}
+	_, first, err := parseLogHeader(data)
+	if err != nil {
+		return err
+	}
+	records, _, _ := parseLogRecords(data, first)
+	if err := replayLog(db, records); err != nil {
+		return err
+	}
+	if err := syncBadger(db, dir); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("store: remove commit log: %w", err)
+	}
+	return syncDirectory(dir)
 }
 
 // replayLog applies the writes of records to badger, oldest first, each

@@ -411,3 +411,34 @@ func FuzzCommitLog(f *testing.F) {
 		}
 	})
 }
+
+// TestCommitLogNoSyncOpen: a store opened without sync applies the log a
+// durable run left and removes it, so that its own unlogged writes are not
+// undone by that log when the store next opens with sync.
+func TestCommitLogNoSyncOpen(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	mustNoErr(t, s.Close())
+	checkpointed := t.TempDir()
+	copyDir(t, dir, checkpointed)
+	s = openAt(t, dir, Options{})
+	mustNoErr(t, s.PutMeta("k", []byte("logged")))
+	logCopy, err := os.ReadFile(filepath.Join(dir, logFileName))
+	mustNoErr(t, err)
+	mustNoErr(t, s.Close())
+	lost := t.TempDir()
+	copyDir(t, checkpointed, lost)
+	mustNoErr(t, os.WriteFile(filepath.Join(lost, logFileName), logCopy, 0o600))
+
+	n := openAt(t, lost, Options{NoSync: true})
+	if v, ok := getMetaOK(t, n, "k"); !ok || string(v) != "logged" {
+		t.Errorf("NoSync open did not replay the log: %q %v", v, ok)
+	}
+	if _, err := os.Stat(filepath.Join(lost, logFileName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("NoSync open left the log: %v", err)
+	}
+	mustNoErr(t, n.PutMeta("k", []byte("unlogged")))
+	d := reopen(t, n, lost, Options{})
+	if v, ok := getMetaOK(t, d, "k"); !ok || string(v) != "unlogged" {
+		t.Errorf("after a NoSync run and a durable open: %q %v, want the NoSync run's write", v, ok)
+	}
+}

@@ -192,6 +192,10 @@ func open(bo badger.Options, opts Options, where string, maxValue int, logged bo
 			return nil, errors.Join(fmt.Errorf("store: open %s: %w", where, err), db.Close())
 		}
 		s.commits.log = log
+	} else if bo.Dir != "" {
+		if err := dropCommitLog(db, bo.Dir); err != nil {
+			return nil, errors.Join(fmt.Errorf("store: open %s: %w", where, err), db.Close())
+		}
 	}
 	if s.now == nil {
 		s.now = time.Now
