@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipfs/go-cid"
@@ -111,6 +112,8 @@ const (
 	// keepInterval is how often keep looks for kept peers that are not
 	// connected, besides when one disconnects.
 	keepInterval = 30 * time.Second
+	// keepRetry is the first wait before a failed redial is tried again.
+	keepRetry = time.Second
 	// keepDials bounds the dials keep runs at once, and keepDialTimeout
 	// each one.
 	keepDials       = 8
@@ -491,14 +494,29 @@ func (d *DHT) keep(ctx context.Context) {
 	defer d.h.Network().StopNotify(notifee)
 	tick := time.NewTicker(keepInterval)
 	defer tick.Stop()
+	// A dial that failed (the other end still closing, a dial backoff of
+	// the swarm's) is tried again after keepRetry, doubling up to
+	// keepInterval, not only at the next tick.
+	retry := time.NewTimer(keepInterval)
+	defer retry.Stop()
+	backoff := keepRetry
+	// The first pass runs at once: a peer that disconnected before the
+	// notifee above was in place sent no wake.
 	for {
+		if d.redialKept(ctx) {
+			backoff = keepRetry
+			retry.Reset(keepInterval)
+		} else {
+			retry.Reset(backoff)
+			backoff = min(2*backoff, keepInterval)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		case <-wake:
+		case <-retry.C:
 		}
-		d.redialKept(ctx)
 	}
 }
 
@@ -515,10 +533,11 @@ func (d *DHT) keptPeers() []peer.ID {
 }
 
 // redialKept dials the kept peers that are not connected, keepDials at a
-// time, and returns once every dial has ended. A peer that cannot be
-// reached stays in the routing table until kad-dht drops it; the swarm's
-// dial backoff spaces out the tries.
-func (d *DHT) redialKept(ctx context.Context) {
+// time, and returns once every dial has ended: true when every dial
+// succeeded. A peer that cannot be reached stays in the routing table
+// until kad-dht drops it; the swarm's dial backoff spaces out the tries.
+func (d *DHT) redialKept(ctx context.Context) bool {
+	var failed atomic.Bool
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, keepDials)
 	for _, p := range d.keptPeers() {
@@ -529,18 +548,20 @@ func (d *DHT) redialKept(ctx context.Context) {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
-			return
+			return false
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(ctx, keepDialTimeout)
 			defer cancel()
 			if err := d.h.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
+				failed.Store(true)
 				d.log.Debug("kept peer unreachable", "peer", p, "error", err)
 			}
 		})
 	}
 	wg.Wait()
+	return !failed.Load()
 }
 
 func (d *DHT) advertiseRound(ctx context.Context, profiles []string) error {

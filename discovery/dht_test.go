@@ -845,17 +845,11 @@ func TestDHTKeepsWidestBuckets(t *testing.T) {
 		t.Fatalf("kept %v; want node %d (widest buckets) and not node %d", kept, wide, narrow)
 	}
 
-	kctx, kcancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		kcancel()
-		wg.Wait()
-	}()
-	// Run keeps them, as on a node (no profiles to advertise).
-	wg.Go(func() { k.dhts[0].Run(kctx, func() []string { return nil }) })
 	// The other end trims the connection, as its connection manager
 	// would; node 0 must open a new one (host 0 may still see the old one
-	// for a moment, so connections are counted, not looked at).
+	// for a moment, so connections are counted, not looked at). The first
+	// time before Run starts (Run's first pass finds the peer gone), the
+	// second while it runs (the disconnect wakes it).
 	var opened atomic.Int32
 	notifee := &network.NotifyBundle{ConnectedF: func(_ network.Network, c network.Conn) {
 		if c.RemotePeer() == k.hosts[wide].ID() {
@@ -867,7 +861,23 @@ func TestDHTKeepsWidestBuckets(t *testing.T) {
 	if err := k.hosts[wide].Network().ClosePeer(k.hosts[0].ID()); err != nil {
 		t.Fatal(err)
 	}
-	labtest.WaitFor(t, 10*time.Second, "the kept peer connected again", func() bool {
+
+	kctx, kcancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		kcancel()
+		wg.Wait()
+	}()
+	// Run keeps them, as on a node (no profiles to advertise).
+	wg.Go(func() { k.dhts[0].Run(kctx, func() []string { return nil }) })
+	labtest.WaitFor(t, 10*time.Second, "the kept peer connected again at start", func() bool {
 		return opened.Load() > 0 && k.hosts[0].Network().Connectedness(k.hosts[wide].ID()) == network.Connected
+	})
+	before := opened.Load()
+	if err := k.hosts[wide].Network().ClosePeer(k.hosts[0].ID()); err != nil {
+		t.Fatal(err)
+	}
+	labtest.WaitFor(t, 10*time.Second, "the kept peer connected again", func() bool {
+		return opened.Load() > before && k.hosts[0].Network().Connectedness(k.hosts[wide].ID()) == network.Connected
 	})
 }
