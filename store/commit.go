@@ -201,9 +201,10 @@ func (t *wtxn) commit(log *commitLog) error {
 	if log == nil || t.ops == 0 {
 		return t.Txn.Commit()
 	}
-	body := make([]byte, 0, 1+binary.MaxVarintLen64+len(t.rec))
-	body = binary.AppendUvarint(append(body, kindBatch), uint64(t.ops))
-	seq, err := log.write(append(body, t.rec...))
+	var head [1 + binary.MaxVarintLen64]byte
+	head[0] = kindBatch
+	n := binary.PutUvarint(head[1:], uint64(t.ops))
+	seq, err := log.write(head[:1+n], t.rec)
 	if err != nil {
 		t.Discard()
 		return err

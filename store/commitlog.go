@@ -102,21 +102,15 @@ type commitLog struct {
 // with the records it holds, oldest first, aborted batches left out.
 func openCommitLog(dir string) (*commitLog, [][]byte, error) {
 	path := filepath.Join(dir, logFileName)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		if err := createCommitLog(dir); err != nil {
 			return nil, nil, err
 		}
-		data, err = os.ReadFile(path)
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: read commit log: %w", err)
-	}
-	gen, first, err := parseLogHeader(data)
+	data, gen, records, next, end, err := readCommitLog(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	records, next, end := parseLogRecords(data, first)
 	l := &commitLog{dir: dir, gen: gen, next: next, off: end,
 		size: int64(len(data)) &^ (logBlock - 1), buf: alignedBuffer(logBlock), checkpointAt: logCheckpointAt}
 	copy(l.buf, data[end&^(logBlock-1):end])
@@ -150,6 +144,22 @@ func (l *commitLog) writeAt(b []byte, off int64) error {
 		err = l.f.Sync()
 	}
 	return err
+}
+
+// readCommitLog reads the log at path: the whole file, the generation of
+// its header in force, the batches it holds (parseLogRecords), the
+// sequence number of the next record and where the last one ends.
+func readCommitLog(path string) (data []byte, gen uint64, batches [][]byte, next uint64, end int64, err error) {
+	data, err = os.ReadFile(path)
+	if err != nil {
+		return nil, 0, nil, 0, 0, fmt.Errorf("store: read commit log: %w", err)
+	}
+	gen, first, err := parseLogHeader(data)
+	if err != nil {
+		return nil, 0, nil, 0, 0, err
+	}
+	batches, next, end = parseLogRecords(data, first)
+	return data, gen, batches, next, end, nil
 }
 
 // createCommitLog writes a new, empty log under a temporary name and
@@ -342,15 +352,20 @@ func decodeLogBatch(body []byte) ([]logOp, error) {
 	return ops, nil
 }
 
-// write appends a record of body (kindBatch or kindAbort first) and
-// returns once it is durable, with its sequence number.
-func (l *commitLog) write(body []byte) (uint64, error) {
+// write appends a record whose body is the parts one after the other
+// (kindBatch or kindAbort first), and returns once it is durable, with its
+// sequence number.
+func (l *commitLog) write(parts ...[]byte) (uint64, error) {
 	if l.broken != nil {
 		return 0, l.broken
 	}
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
 	seq := l.next
 	start := l.off &^ (logBlock - 1) // the block the last record ended in is written again
-	end := l.off + logRecordHeader + int64(len(body))
+	end := l.off + logRecordHeader + int64(size)
 	to := (end + logBlock - 1) &^ (logBlock - 1)
 	if to > l.size {
 		to = (end + logGrowStep - 1) &^ (logGrowStep - 1)
@@ -366,10 +381,13 @@ func (l *commitLog) write(body []byte) (uint64, error) {
 	}
 	buf := l.buf[:n]
 	r := buf[head:]
-	binary.LittleEndian.PutUint32(r[4:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(r[4:], uint32(size))
 	binary.LittleEndian.PutUint64(r[8:], seq)
-	copy(r[logRecordHeader:], body)
-	binary.LittleEndian.PutUint32(r, crc32.Checksum(r[4:logRecordHeader+len(body)], castagnoli))
+	at := logRecordHeader
+	for _, p := range parts {
+		at += copy(r[at:], p)
+	}
+	binary.LittleEndian.PutUint32(r, crc32.Checksum(r[4:at], castagnoli))
 	clear(buf[int(end-start):])
 	if err := l.writeAt(buf, start); err != nil {
 		return 0, fmt.Errorf("store: write commit log: %w", err)
@@ -400,6 +418,9 @@ func (l *commitLog) abort(seq uint64) error {
 	}
 	return nil
 }
+
+// empty says whether the log holds no record since it last started over.
+func (l *commitLog) empty() bool { return l.off == logDataStart }
 
 // full says whether the log has grown past logCheckpointAt.
 func (l *commitLog) full() bool { return l.off >= l.checkpointAt }
@@ -476,18 +497,13 @@ func syncBadger(db *badger.DB, dir string) error {
 // them the next time the store opens with sync.
 func dropCommitLog(db *badger.DB, dir string) error {
 	path := filepath.Join(dir, logFileName)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("store: read commit log: %w", err)
-	}
-	_, first, err := parseLogHeader(data)
+	_, _, records, _, _, err := readCommitLog(path)
 	if err != nil {
 		return err
 	}
-	records, _, _ := parseLogRecords(data, first)
 	if err := replayLog(db, records); err != nil {
 		return err
 	}

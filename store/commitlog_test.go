@@ -34,6 +34,26 @@ func copyDir(t *testing.T, src, dst string) {
 	}))
 }
 
+// crash takes dir, a closed durable store: it snapshots dir, reopens the store there, runs writes on it and closes
+// it, then returns a directory holding what a crash that lost every write
+// badger had not synced would leave (badger's files as in the snapshot,
+// the log as the writes left it: each returned, so each is synced), and
+// the snapshot itself.
+func crash(t *testing.T, dir string, writes func(s *Store)) (lost, checkpointed string) {
+	t.Helper()
+	checkpointed = t.TempDir()
+	copyDir(t, dir, checkpointed)
+	s := openAt(t, dir, Options{})
+	writes(s)
+	log, err := os.ReadFile(filepath.Join(dir, logFileName))
+	mustNoErr(t, err)
+	mustNoErr(t, s.Close())
+	lost = t.TempDir()
+	copyDir(t, checkpointed, lost)
+	mustNoErr(t, os.WriteFile(filepath.Join(lost, logFileName), log, 0o600))
+	return lost, checkpointed
+}
+
 func readLog(t *testing.T, dir string) (batches [][]byte, next uint64, end int64, size int) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, logFileName))
@@ -67,23 +87,14 @@ func TestCommitLogReplaysLostWrites(t *testing.T) {
 	mustNoErr(t, s.PutMeta("kept", []byte("before")))
 	mustNoErr(t, s.PutMeta("deleted", []byte("before")))
 	mustNoErr(t, s.Close())
-	checkpointed := t.TempDir()
-	copyDir(t, dir, checkpointed) // badger's files as the checkpoint at open left them
-
-	s = openAt(t, dir, Options{})
-	mustNoErr(t, s.PutMeta("new", []byte("one")))
-	mustNoErr(t, s.PutMeta("new", []byte("two")))
-	mustNoErr(t, s.PutMeta("kept", []byte("after")))
-	deleteMeta(t, s, "deleted")
 	big := bytes.Repeat([]byte("x"), 200<<10) // several blocks in one record
-	mustNoErr(t, s.PutMeta("big", big))
-	logCopy, err := os.ReadFile(filepath.Join(dir, logFileName)) // synced: every call above returned
-	mustNoErr(t, err)
-
-	// The crash: badger's files as at the checkpoint, the log as written.
-	lost := t.TempDir()
-	copyDir(t, checkpointed, lost)
-	mustNoErr(t, os.WriteFile(filepath.Join(lost, logFileName), logCopy, 0o600))
+	lost, checkpointed := crash(t, dir, func(s *Store) {
+		mustNoErr(t, s.PutMeta("new", []byte("one")))
+		mustNoErr(t, s.PutMeta("new", []byte("two")))
+		mustNoErr(t, s.PutMeta("kept", []byte("after")))
+		deleteMeta(t, s, "deleted")
+		mustNoErr(t, s.PutMeta("big", big))
+	})
 	before := openAt(t, checkpointed, Options{})
 	if _, ok := getMetaOK(t, before, "new"); ok {
 		t.Fatal("the snapshot already holds the writes: the test shows nothing")
@@ -116,21 +127,17 @@ func TestCommitLogReplaysLostWrites(t *testing.T) {
 func TestCommitLogTornRecord(t *testing.T) {
 	s, dir := openTest(t, Options{})
 	mustNoErr(t, s.Close())
-	checkpointed := t.TempDir()
-	copyDir(t, dir, checkpointed)
-
-	s = openAt(t, dir, Options{})
-	mustNoErr(t, s.PutMeta("a", []byte("1")))
-	_, _, endA, _ := readLog(t, dir)
-	mustNoErr(t, s.PutMeta("b", []byte("2")))
-	logCopy, err := os.ReadFile(filepath.Join(dir, logFileName))
+	var endA int64
+	lost, _ := crash(t, dir, func(s *Store) {
+		mustNoErr(t, s.PutMeta("a", []byte("1")))
+		_, _, endA, _ = readLog(t, dir)
+		mustNoErr(t, s.PutMeta("b", []byte("2")))
+	})
+	path := filepath.Join(lost, logFileName)
+	torn, err := os.ReadFile(path)
 	mustNoErr(t, err)
-	mustNoErr(t, s.Close())
-	logCopy[endA+logRecordHeader+2] ^= 0xff // inside b's record
-
-	lost := t.TempDir()
-	copyDir(t, checkpointed, lost)
-	mustNoErr(t, os.WriteFile(filepath.Join(lost, logFileName), logCopy, 0o600))
+	torn[endA+logRecordHeader+2] ^= 0xff // inside b's record
+	mustNoErr(t, os.WriteFile(path, torn, 0o600))
 	if batches, next, _, _ := readLog(t, lost); len(batches) != 1 || next != 3 {
 		t.Fatalf("torn log parses to %d records, next %d; want 1 and 3", len(batches), next)
 	}
@@ -418,16 +425,7 @@ func FuzzCommitLog(f *testing.F) {
 func TestCommitLogNoSyncOpen(t *testing.T) {
 	s, dir := openTest(t, Options{})
 	mustNoErr(t, s.Close())
-	checkpointed := t.TempDir()
-	copyDir(t, dir, checkpointed)
-	s = openAt(t, dir, Options{})
-	mustNoErr(t, s.PutMeta("k", []byte("logged")))
-	logCopy, err := os.ReadFile(filepath.Join(dir, logFileName))
-	mustNoErr(t, err)
-	mustNoErr(t, s.Close())
-	lost := t.TempDir()
-	copyDir(t, checkpointed, lost)
-	mustNoErr(t, os.WriteFile(filepath.Join(lost, logFileName), logCopy, 0o600))
+	lost, _ := crash(t, dir, func(s *Store) { mustNoErr(t, s.PutMeta("k", []byte("logged"))) })
 
 	n := openAt(t, lost, Options{NoSync: true})
 	if v, ok := getMetaOK(t, n, "k"); !ok || string(v) != "logged" {

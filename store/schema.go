@@ -39,24 +39,18 @@ const schemaVersion uint64 = 6
 // may have changed).
 func (s *Store) refuseNewer(where string) error {
 	return s.view(func(txn *wtxn) error {
-		v, err := getUint64(txn, []byte(keySchema))
-		if errors.Is(err, ErrNotFound) || errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if v > schemaVersion {
-			return fmt.Errorf("%w: %s has schema version %d, this kith knows versions up to %d; upgrade kith",
+		v, err := getUint64(txn, []byte(keySchema)) // 0 when missing
+		if err == nil && v > schemaVersion {
+			err = fmt.Errorf("%w: %s has schema version %d, this kith knows versions up to %d; upgrade kith",
 				ErrSchemaTooNew, where, v, schemaVersion)
 		}
-		return nil
+		return err
 	})
 }
 
-// checkSchema stamps a fresh database with schemaVersion, migrates an
-// older one, and refuses one written by a newer binary, before anything
-// else reads or writes it.
+// checkSchema stamps a fresh database with schemaVersion and migrates an
+// older one, before anything else reads or writes it; open has refused one
+// written by a newer binary already (refuseNewer).
 func (s *Store) checkSchema(where string) error {
 	var v uint64
 	err := s.update(nil, func(txn *wtxn) error {
@@ -77,10 +71,7 @@ func (s *Store) checkSchema(where string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case v > schemaVersion:
-		return fmt.Errorf("%w: %s has schema version %d, this kith knows versions up to %d; upgrade kith",
-			ErrSchemaTooNew, where, v, schemaVersion)
+	switch { // a newer version was refused before (refuseNewer)
 	case v == 0:
 		return fmt.Errorf("%w: %s has schema version 0", ErrCorrupt, where)
 	case v == 1:

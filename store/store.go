@@ -210,7 +210,9 @@ func open(bo badger.Options, opts Options, where string, maxValue int, logged bo
 	if err := s.loadReplay(); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
-	if s.commits.log != nil {
+	// What was replayed or migrated becomes durable in badger before the
+	// log starts over; a log that holds nothing needs no checkpoint.
+	if s.commits.log != nil && !s.commits.log.empty() {
 		if err := s.commits.log.checkpoint(db); err != nil {
 			return nil, errors.Join(err, db.Close())
 		}
