@@ -49,7 +49,7 @@ func VerifyAssertion(signer peer.ID, domain string, a Assertion) error {
 }
 
 func verifyWith(pub ed25519.PublicKey, domain string, payload, sig []byte) error {
-	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(pub, signingInput(domain, payload), sig) {
+	if len(sig) != ed25519.SignatureSize || !edVerify(pub, signingInput(domain, payload), sig) {
 		return fmt.Errorf("%w (%s)", ErrBadSignature, domain)
 	}
 	return nil

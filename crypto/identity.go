@@ -107,7 +107,7 @@ func (i *Identity) Libp2pKey() p2pcrypto.PrivKey {
 }
 
 // sign signs msg with the identity key.
-func (i *Identity) sign(msg []byte) []byte { return ed25519.Sign(i.priv, msg) }
+func (i *Identity) sign(msg []byte) []byte { return edSign(i.priv, msg) }
 
 // Ed25519FromPeerID extracts the Ed25519 public key embedded in a peer ID.
 func Ed25519FromPeerID(id peer.ID) (ed25519.PublicKey, error) {
