@@ -446,9 +446,19 @@ func (e *core) goWithRun(f func(ctx context.Context)) error {
 // The channel is buffered; a subscriber that falls behind misses events and
 // should re-read the log (Events) by sequence number.
 func (e *core) Subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, func()) {
-	ch, _, cancel := e.subscribe(role, id)
+	ch, _, cancel := e.subscribe(role, id, subscribeBuffer)
 	return ch, cancel
 }
+
+// subscribeBuffer is the channel buffer of a Subscribe: room for a burst
+// of statuses. waitBuffer is Wait's: it acts only on a terminal event, or
+// on a missed one by reading the store, so a burst that fills it costs one
+// read, where a larger buffer cost every delegation an allocation of
+// several KiB (an Event is about 80 bytes).
+const (
+	subscribeBuffer = 64
+	waitBuffer      = 4
+)
 
 // subscription is what a subscriber is told beside its channel's events.
 type subscription struct {
@@ -463,8 +473,8 @@ type subscription struct {
 
 // subscribe is Subscribe, and also tells the subscriber whether it has
 // missed an event (its channel was full) and how the delegation ended.
-func (e *core) subscribe(role store.Role, id protocol.DelegationID) (<-chan store.Event, *subscription, func()) {
-	ch := make(chan store.Event, 64)
+func (e *core) subscribe(role store.Role, id protocol.DelegationID, buffer int) (<-chan store.Event, *subscription, func()) {
+	ch := make(chan store.Event, buffer)
 	sub := new(subscription)
 	k := subKey{role, id}
 	e.subsMu.Lock()

@@ -39,7 +39,7 @@ func TestWaitAfterMissedEvents(t *testing.T) {
 	defer cancel()
 	got := waitAsync(ctx, t, e, id, 1)
 	k := subKey{store.RoleRequester, id}
-	// Publish faster than Wait drains its channel (it holds 64) until an
+	// Publish faster than Wait drains its channel (waitBuffer) until an
 	// event has been dropped.
 	missed := func() bool {
 		e.subsMu.Lock()
@@ -51,7 +51,7 @@ func TestWaitAfterMissedEvents(t *testing.T) {
 	}
 	for i := 0; !missed(); i++ {
 		if ctx.Err() != nil {
-			t.Fatal("no event was ever dropped: Wait drained 64 faster than they were published")
+			t.Fatal("no event was ever dropped: Wait drained its channel faster than events were published")
 		}
 		for range 256 {
 			e.publish(store.RoleRequester, id, store.Event{Seq: uint64(i + 2), Type: EventStatus, State: protocol.StateRunning})
@@ -105,7 +105,7 @@ func TestWaitHandsOverResult(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ch, sub, unsubscribe := e.subscribe(store.RoleRequester, id)
+			ch, sub, unsubscribe := e.subscribe(store.RoleRequester, id, subscribeBuffer)
 			defer unsubscribe()
 			got := waitAsync(ctx, t, e, id, 2)
 			to := protocol.StateCompleted

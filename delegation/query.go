@@ -23,7 +23,7 @@ func (e *core) Get(id protocol.DelegationID) (store.Delegation, error) {
 // (Get has both): a waiter has the task it sent, and reading a large one
 // back would cost more than the rest of the wait.
 func (e *core) Wait(ctx context.Context, id protocol.DelegationID) (store.Delegation, error) {
-	ch, sub, cancel := e.subscribe(store.RoleRequester, id)
+	ch, sub, cancel := e.subscribe(store.RoleRequester, id, waitBuffer)
 	defer cancel()
 	// The delegation is read only when it may have changed to a terminal
 	// state: at first, on an event whose state is terminal (every state

@@ -348,7 +348,6 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 		// A delegation's log starts with its record: records are never
 		// deleted, and every event is written with its record or after
 		// reading it. No record, so no event before these.
-		var last uint64
 		for _, ev := range events {
 			if ev.State == protocol.StateUnknown {
 				ev.State = d.State
@@ -356,11 +355,10 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 			if ev.At.IsZero() {
 				ev.At = d.CreatedAt // one write, one time
 			}
-			if last, err = s.appendEvent(txn, d.Role, d.ID, last, ev); err != nil {
-				return err
-			}
-			ev.Seq = last
 			committed = append(committed, ev)
+		}
+		if _, err := s.appendEvents(txn, d.Role, d.ID, 0, committed); err != nil {
+			return err
 		}
 		if d.ContextID != "" {
 			return s.addToContext(txn, d.ContextID, d.ID)

@@ -97,7 +97,6 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 			}
 		}
 		now := s.clock()
-		last := old.LastSeq
 		for _, b := range before {
 			if b.State == protocol.StateUnknown {
 				b.State = old.State
@@ -105,17 +104,13 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 			if b.At.IsZero() {
 				b.At = now
 			}
-			if last, err = s.appendEvent(txn, role, id, last, b); err != nil {
-				return err
-			}
-			b.Seq = last
 			committed = append(committed, b)
 		}
 		d.State, d.UpdatedAt = to, now
 		if err := s.putDelegation(txn, d, &old); err != nil {
 			return err
 		}
-		e := ev // a retry must start again from the caller's event
+		e := ev
 		e.State = to
 		if e.Type == "" {
 			e.Type = EventState
@@ -123,11 +118,10 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		if e.At.IsZero() {
 			e.At = now
 		}
-		if d.LastSeq, err = s.appendEvent(txn, role, id, last, e); err != nil {
+		committed = append(committed, e)
+		if d.LastSeq, err = s.appendEvents(txn, role, id, old.LastSeq, committed); err != nil {
 			return err
 		}
-		e.Seq = d.LastSeq
-		committed = append(committed, e)
 		out = d
 		return nil
 	})
@@ -168,9 +162,9 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 		if e.At.IsZero() {
 			e.At = s.clock()
 		}
-		seq, err = s.appendEvent(txn, role, id, d.LastSeq, e)
-		e.Seq = seq
-		committed = e
+		evs := []Event{e}
+		seq, err = s.appendEvents(txn, role, id, d.LastSeq, evs)
+		committed = evs[0]
 		return err
 	})
 	if err == nil {
@@ -179,21 +173,29 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 	return seq, err
 }
 
-// appendEvent writes e as the event after last, the delegation's last
+// appendEvents writes evs as the events after last, the delegation's last
 // sequence number, which the caller read in txn (getDelegation's LastSeq,
-// or 0 for a delegation it is creating), and returns e's. Reading it again
-// here would be a second lookup of the same key, in the store's one write
-// transaction at a time.
-func (s *Store) appendEvent(txn *wtxn, role Role, id protocol.DelegationID, last uint64, e Event) (uint64, error) {
-	seq := last + 1
-	if err := txn.Set(eventSeqKey(role, id), be64(seq)); err != nil {
+// or 0 for a delegation it is creating), sets each one's Seq, and returns
+// the new last. Reading last again here would be a second lookup of the
+// same key, in the store's one write transaction at a time; the sequence
+// key is written once for all of evs.
+func (s *Store) appendEvents(txn *wtxn, role Role, id protocol.DelegationID, last uint64, evs []Event) (uint64, error) {
+	if len(evs) == 0 {
+		return last, nil
+	}
+	for i := range evs {
+		e := &evs[i]
+		last++
+		e.Seq = last
+		r := eventRecord{Seq: last, At: nanos(e.At), Type: e.Type, State: e.State, Data: e.Data}
+		if err := setRecord(txn, eventKey(role, id, last), r.encode, "event"); err != nil {
+			return 0, fmt.Errorf("%s: %w", dlgName(role, id), err)
+		}
+	}
+	if err := txn.Set(eventSeqKey(role, id), be64(last)); err != nil {
 		return 0, fmt.Errorf("store: write the event sequence of %s: %w", dlgName(role, id), err)
 	}
-	r := eventRecord{Seq: seq, At: nanos(e.At), Type: e.Type, State: e.State, Data: e.Data}
-	if err := setRecord(txn, eventKey(role, id, seq), r.encode, "event"); err != nil {
-		return seq, fmt.Errorf("%s: %w", dlgName(role, id), err)
-	}
-	return seq, nil
+	return last, nil
 }
 
 // Events returns a delegation's events with Seq > afterSeq, in order
