@@ -45,11 +45,11 @@ func VerifyAssertion(signer peer.ID, domain string, a Assertion) error {
 	if err != nil {
 		return err
 	}
-	return verifyWith(keys.ed, domain, a.Payload, a.Signature)
+	return verifyWith(keys.v, domain, a.Payload, a.Signature)
 }
 
-func verifyWith(pub ed25519.PublicKey, domain string, payload, sig []byte) error {
-	if len(sig) != ed25519.SignatureSize || !edVerify(pub, signingInput(domain, payload), sig) {
+func verifyWith(v verifier, domain string, payload, sig []byte) error {
+	if len(sig) != ed25519.SignatureSize || !v.verify(signingInput(domain, payload), sig) {
 		return fmt.Errorf("%w (%s)", ErrBadSignature, domain)
 	}
 	return nil

@@ -3,6 +3,9 @@
 //
 // One Ed25519 key is the node's identity: the libp2p peer ID is derived from
 // it, it signs envelope headers, capability assertions and result proofs.
+// Those signatures are made and checked with curve25519-voi under the
+// standard library's rules (ed25519.go): the same signatures and verdicts
+// as crypto/ed25519, in about half the time.
 // The X25519 key that envelopes are sealed to is derived from the same key,
 // so a peer ID alone is enough to seal a message to its node.
 //

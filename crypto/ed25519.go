@@ -31,3 +31,27 @@ func edVerify(pub ed25519.PublicKey, msg, sig []byte) bool {
 	}
 	return voi.VerifyWithOptions(voi.PublicKey(pub), msg, sig, stdlibRules)
 }
+
+// verifier checks the signatures of one public key. It expands the key
+// once (about 6 µs and 1.5 KiB here), which saves that much of each later
+// verification: the key cache keeps one per peer (keycache.go).
+type verifier struct {
+	pub ed25519.PublicKey
+	x   *voi.ExpandedPublicKey // nil: the key does not expand; verify as edVerify
+}
+
+func newVerifier(pub ed25519.PublicKey) verifier {
+	x, err := voi.NewExpandedPublicKey(voi.PublicKey(pub))
+	if err != nil {
+		x = nil
+	}
+	return verifier{pub: pub, x: x}
+}
+
+// verify is edVerify(v.pub, msg, sig).
+func (v verifier) verify(msg, sig []byte) bool {
+	if v.x == nil {
+		return edVerify(v.pub, msg, sig)
+	}
+	return voi.VerifyExpandedWithOptions(v.x, msg, sig, stdlibRules)
+}

@@ -49,13 +49,16 @@ func plusL(s []byte) []byte {
 	return out
 }
 
-// sameVerdict reports a verdict of edVerify that differs from
-// crypto/ed25519's, and returns the verdict.
+// sameVerdict reports a verdict of edVerify, or of a verifier of pub, that
+// differs from crypto/ed25519's, and returns the verdict.
 func sameVerdict(t testing.TB, pub, msg, sig []byte) bool {
 	t.Helper()
 	want := ed25519.Verify(pub, msg, sig)
 	if got := edVerify(pub, msg, sig); got != want {
 		t.Errorf("edVerify(%x, %x, %x) = %v, crypto/ed25519 says %v", pub, msg, sig, got, want)
+	}
+	if got := newVerifier(pub).verify(msg, sig); got != want {
+		t.Errorf("verifier of %x: verify(%x, %x) = %v, crypto/ed25519 says %v", pub, msg, sig, got, want)
 	}
 	return want
 }
@@ -168,6 +171,14 @@ func BenchmarkEd25519(b *testing.B) {
 	b.Run("kith/verify", func(b *testing.B) {
 		for b.Loop() {
 			if !edVerify(pub, msg, sig) {
+				b.Fatal("does not verify")
+			}
+		}
+	})
+	b.Run("kith/verify-cached-key", func(b *testing.B) {
+		v := newVerifier(pub)
+		for b.Loop() {
+			if !v.verify(msg, sig) {
 				b.Fatal("does not verify")
 			}
 		}

@@ -391,7 +391,7 @@ func Accept(id *Identity, hello []byte, p AcceptParams) (*Responder, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(hl.Signature) != ed25519.SignatureSize || !edVerify(keys.ed, signingInput(DomainEnvelopeHeader, hl.Header), hl.Signature) {
+	if len(hl.Signature) != ed25519.SignatureSize || !keys.v.verify(signingInput(DomainEnvelopeHeader, hl.Header), hl.Signature) {
 		return nil, fmt.Errorf("%w: envelope header from %s", ErrBadSignature, h.Sender)
 	}
 	t := now()

@@ -21,6 +21,7 @@ type peerKeys struct {
 type derivedKeys struct {
 	ed ed25519.PublicKey
 	x  *ecdh.PublicKey
+	v  verifier // checks ed's signatures
 }
 
 const peerKeyCacheSize = 4096
@@ -56,7 +57,7 @@ func cachedKeys(id peer.ID) (derivedKeys, error) {
 	if err != nil {
 		return derivedKeys{}, err
 	}
-	k := derivedKeys{ed: ed, x: x}
+	k := derivedKeys{ed: ed, x: x, v: newVerifier(ed)}
 	keyCache.put(id, k)
 	return k, nil
 }
