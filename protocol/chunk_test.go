@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -340,4 +341,93 @@ func sharesMemory(b, sub []byte) bool {
 		}
 	}
 	return false
+}
+
+// TestRecycledFrameBuffers: the buffers that large frames are read into
+// and chunks sealed in are recycled (chunkBufs), and a message handed to
+// the caller is never among them. Streams in parallel each receive, in
+// turn, chunked messages (whose buffers go back for reuse) and messages
+// of one large frame (whose plaintext stays in the buffer it was read
+// into, now the caller's); every message must still read as it was sent
+// after all the others have arrived.
+func TestRecycledFrameBuffers(t *testing.T) {
+	// One stream on one processor first: sync.Pool keeps a buffer per
+	// processor, so there every buffer given back is the next one taken,
+	// and a message wrongly given back is overwritten for sure. Then
+	// streams in parallel.
+	prev := runtime.GOMAXPROCS(1)
+	recycledFrameStreams(t, 1)
+	runtime.GOMAXPROCS(prev)
+	recycledFrameStreams(t, 4)
+}
+
+func recycledFrameStreams(t *testing.T, streams int) {
+	alice, bob := fixedIdentity(t, 1), fixedIdentity(t, 2)
+	opts := ConnOptions{IOTimeout: 10 * time.Second}
+	// Sizes: chunked (above ChunkSize), one large frame (at least
+	// largeFrame, within a chunk buffer), small.
+	sizes := []int{ChunkSize + ChunkSize/2, largeFrame + 1000, 3 * ChunkSize, ChunkSize - 1000, 100, 2*ChunkSize + 7}
+	var wg sync.WaitGroup
+	for stream := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			letter := func(i int) string { return string(rune('a' + stream*len(sizes) + i)) }
+			msgs := make([]Message, len(sizes))
+			want := make([][]byte, len(sizes))
+			for i, n := range sizes {
+				msgs[i] = &DelegationStatus{ID: NewDelegationID(), State: StateRunning, Seq: uint64(i + 1),
+					Partial: []Part{TextPart(strings.Repeat(letter(i), n))}}
+				var err error
+				if want[i], err = EncodeMessage(msgs[i]); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			// The opener receives: it opens frames in place, in the
+			// buffers they were read into.
+			sent := make(chan error, 1)
+			go func() {
+				c, _, _, err := Accept(b, bob, alice.PeerID(), crypto.NewMemoryReplayCache(nil), opts)
+				for _, m := range msgs {
+					if err != nil {
+						break
+					}
+					err = c.Send(m)
+				}
+				sent <- err
+			}()
+			c, err := Dial(a, alice, bob.PeerID(), &DelegationStatus{ID: NewDelegationID(), Query: true}, opts)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var got [][]byte
+			var texts []string
+			for range msgs {
+				m, raw, err := c.RecvRaw(opts.IOTimeout)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got = append(got, raw)
+				texts = append(texts, m.(*DelegationStatus).Partial[0].Text)
+			}
+			if err := <-sent; err != nil {
+				t.Error(err)
+			}
+			for i := range msgs {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Errorf("stream %d, message %d (%d bytes): its plaintext changed after later messages arrived", stream, i, sizes[i])
+				}
+				if texts[i] != strings.Repeat(letter(i), sizes[i]) {
+					t.Errorf("stream %d, message %d: text differs", stream, i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

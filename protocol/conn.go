@@ -372,8 +372,17 @@ func (c *Conn) queue(b []byte) error {
 		return fmt.Errorf("%w: %d-byte message, limit %d", ErrPayloadTooLarge, len(b), MaxMessage)
 	}
 	// One chunk per Write, each sealed in place in a buffer kept for the
-	// whole message and dropped after it.
-	defer func() { c.out = nil }()
+	// whole message (a recycled one when one is free, see chunkBufs) and
+	// given back after it.
+	if cap(c.out) < chunkBufCap {
+		if buf := getChunkBuf(); buf != nil {
+			c.out = append(buf, c.out...) // frames queued before, if any
+		}
+	}
+	defer func() {
+		putChunkBuf(c.out)
+		c.out = nil
+	}()
 	for off := 0; off < len(b); off += ChunkSize {
 		var total uint64
 		if off == 0 {
@@ -410,6 +419,12 @@ func (c *Conn) queueChunk(total uint64, data []byte) error {
 	}
 	c.out = binary.AppendUvarint(c.out, uint64(n))
 	base := len(c.out)
+	if cap(c.out)-base < n && base+n <= chunkBufCap {
+		// A buffer of the size that is recycled (chunkBufs).
+		grown := make([]byte, base, chunkBufCap)
+		copy(grown, c.out)
+		c.out = grown
+	}
 	c.out = slices.Grow(c.out, n)
 	// crypto's AppendSeal writes the 8-byte sequence number at base and
 	// may take its plaintext exactly where the ciphertext goes, after it.
@@ -482,21 +497,34 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 // timeout, and the plaintext returned is the whole encoding, as if it had
 // come in one frame.
 func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
-	pt, err := c.recvFrame(timeout, nil)
+	// A large first frame (a chunk, most likely) is read into a recycled
+	// buffer when one is free (see chunkBufs); first holds it after the
+	// read only when the frame went there.
+	first := getChunkBuf()
+	pt, err := c.recvFrame(timeout, &first, true)
 	if err != nil {
+		putChunkBuf(first)
 		return nil, nil, err
 	}
 	var w pb.Message
 	total, data, isChunk, err := chunkOf(pt, &w)
 	if err != nil {
+		putChunkBuf(first)
 		return nil, nil, err
+	}
+	if !isChunk && len(first) == 0 {
+		putChunkBuf(first) // the frame went elsewhere; else the message holds it
 	}
 	if isChunk {
 		// The frames that follow are read into one buffer, reused: each
-		// chunk's data is copied out into the message at once.
-		var scratch []byte
-		next := func() ([]byte, error) { return c.recvFrame(c.opts.ioTimeout(), &scratch) }
-		if pt, err = joinChunks(total, data, c.opts.MaxMessage, next, joinBudget); err != nil {
+		// chunk's data is copied out into the message at once. Both
+		// buffers are free again once the message is joined.
+		scratch := getChunkBuf()
+		next := func() ([]byte, error) { return c.recvFrame(c.opts.ioTimeout(), &scratch, false) }
+		pt, err = joinChunks(total, data, c.opts.MaxMessage, next, joinBudget)
+		putChunkBuf(scratch)
+		putChunkBuf(first)
+		if err != nil {
 			return nil, nil, err
 		}
 		w.Reset()
@@ -515,15 +543,27 @@ func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
 // read into *buf's memory when it fits (see FrameReader.ReadFrameInto),
 // *buf is left holding the frame's buffer for the next call, and the
 // plaintext returned shares its memory: it is good until that next call.
-func (c *Conn) recvFrame(timeout time.Duration, buf *[]byte) ([]byte, error) {
+// With large, only a frame of largeFrame bytes or more goes to *buf, and
+// *buf holds the frame's buffer afterwards only if it did.
+func (c *Conn) recvFrame(timeout time.Duration, buf *[]byte, large bool) ([]byte, error) {
 	for {
 		var into []byte
 		if buf != nil {
 			into = *buf
 		}
-		f, err := readFrameIntoDeadline(c.fr, c.s, timeout, into)
-		if buf != nil && f != nil {
-			*buf = f
+		var f []byte
+		var err error
+		if large {
+			var inBuf bool
+			f, inBuf, err = readLargeFrameDeadline(c.fr, c.s, timeout, into)
+			if inBuf && f != nil {
+				*buf = f
+			}
+		} else {
+			f, err = readFrameIntoDeadline(c.fr, c.s, timeout, into)
+			if buf != nil && f != nil {
+				*buf = f
+			}
 		}
 		if err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -15,6 +16,42 @@ const DefaultMaxFrame = 4 << 20
 // grows by. Buffers grow only as bytes arrive, so a peer that declares a
 // large frame and sends little costs about this much, not the declared size.
 const frameGrowStep = 64 << 10
+
+// Chunked messages (conn.go) go in frames of up to chunkBufCap bytes, which
+// each side reads or seals in a buffer of that size. Those buffers are
+// recycled (chunkBufs): a chunk is copied out of its frame into its
+// message as soon as it is opened, and a sealed chunk is written to the
+// stream (which keeps no reference, as io.Writer requires) before the next
+// is sealed. A 1 MiB delegation allocated about 2 MiB for each large
+// frame it read, growing each from frameGrowStep.
+//
+// A recycled buffer is handed only to a frame of largeFrame bytes or more,
+// so that a small message never pins one, and only when one is free: a
+// peer that declares large frames and sends little still costs about
+// frameGrowStep, not a buffer of its own.
+const (
+	chunkBufCap = ChunkSize + 4096 // a chunk, its message's fields and the seal
+	largeFrame  = ChunkSize / 2
+)
+
+var chunkBufs sync.Pool // of *[]byte, each of capacity chunkBufCap
+
+// getChunkBuf returns a free chunk buffer, empty, or nil when none is.
+func getChunkBuf() []byte {
+	if p, _ := chunkBufs.Get().(*[]byte); p != nil {
+		return (*p)[:0]
+	}
+	return nil
+}
+
+// putChunkBuf gives b back for reuse; a buffer of another size is left to
+// the collector. The caller must hold no slice of b.
+func putChunkBuf(b []byte) {
+	if cap(b) == chunkBufCap {
+		b = b[:0]
+		chunkBufs.Put(&b)
+	}
+}
 
 // FrameReader reads uvarint-length-prefixed frames from a stream. It reads
 // no byte beyond the frame it returns (the length prefix is read a byte at a
@@ -109,7 +146,11 @@ func (fr *FrameReader) readBodyInto(n int, buf []byte) ([]byte, error) {
 	}
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
-			next := make([]byte, len(buf), min(n, max(2*cap(buf), cap(buf)+frameGrowStep)))
+			size := min(n, max(2*cap(buf), cap(buf)+frameGrowStep))
+			if size == n && n >= largeFrame && n <= chunkBufCap {
+				size = chunkBufCap // the last step: a buffer that can be recycled
+			}
+			next := make([]byte, len(buf), size)
 			copy(next, buf)
 			buf = next
 		}
@@ -123,6 +164,25 @@ func (fr *FrameReader) readBodyInto(n int, buf []byte) ([]byte, error) {
 		}
 	}
 	return buf, nil
+}
+
+// readLargeFrameInto is ReadFrameInto that reads into buf's memory only a
+// frame of largeFrame bytes or more; a smaller one gets a buffer of its
+// own. large reports which it did: when it is set, the frame is buf's
+// memory or a buffer grown from it.
+func (fr *FrameReader) readLargeFrameInto(buf []byte) (f []byte, large bool, err error) {
+	n, err := fr.readLength()
+	if err != nil {
+		return nil, false, err
+	}
+	if n > uint64(fr.max) {
+		return nil, false, fmt.Errorf("%w: %d bytes declared, cap %d", ErrFrameTooLarge, n, fr.max)
+	}
+	if n < largeFrame {
+		buf = nil
+	}
+	f, err = fr.readBodyInto(int(n), buf)
+	return f, n >= largeFrame, err
 }
 
 // ReadFrameInto is ReadFrame reading into buf's memory when the frame fits
@@ -190,6 +250,17 @@ var errNoTimeout = errors.New("protocol: frame timeout must be positive")
 // to bound fails instead of hanging; the next call replaces it.
 func ReadFrameDeadline(fr *FrameReader, d Deadliner, timeout time.Duration) ([]byte, error) {
 	return readFrameIntoDeadline(fr, d, timeout, nil)
+}
+
+// readLargeFrameDeadline is readFrameIntoDeadline for readLargeFrameInto.
+func readLargeFrameDeadline(fr *FrameReader, d Deadliner, timeout time.Duration, buf []byte) ([]byte, bool, error) {
+	if timeout <= 0 {
+		return nil, false, errNoTimeout
+	}
+	if err := d.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return nil, false, fmt.Errorf("protocol: set read deadline: %w", err)
+	}
+	return fr.readLargeFrameInto(buf)
 }
 
 // readFrameIntoDeadline is ReadFrameDeadline reading into buf (see
