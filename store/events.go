@@ -110,7 +110,7 @@ func (s *Store) TransitionAfter(role Role, id protocol.DelegationID, before []Ev
 		if err := s.putDelegation(txn, d, &old); err != nil {
 			return err
 		}
-		e := ev
+		e := ev // a retry must start again from the caller's event
 		e.State = to
 		if e.Type == "" {
 			e.Type = EventState
@@ -155,7 +155,7 @@ func (s *Store) AppendEvent(role Role, id protocol.DelegationID, ev Event) (uint
 		if err != nil {
 			return err
 		}
-		e := ev
+		e := ev // a retry must start again from the caller's event
 		if e.State == protocol.StateUnknown {
 			e.State = d.State
 		}
