@@ -551,19 +551,9 @@ func (c *Conn) recvFrame(timeout time.Duration, buf *[]byte, large bool) ([]byte
 		if buf != nil {
 			into = *buf
 		}
-		var f []byte
-		var err error
-		if large {
-			var inBuf bool
-			f, inBuf, err = readLargeFrameDeadline(c.fr, c.s, timeout, into)
-			if inBuf && f != nil {
-				*buf = f
-			}
-		} else {
-			f, err = readFrameIntoDeadline(c.fr, c.s, timeout, into)
-			if buf != nil && f != nil {
-				*buf = f
-			}
+		f, inBuf, err := readFrameIntoDeadline(c.fr, c.s, timeout, into, large)
+		if buf != nil && inBuf && f != nil {
+			*buf = f
 		}
 		if err != nil {
 			return nil, err

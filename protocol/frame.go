@@ -166,11 +166,21 @@ func (fr *FrameReader) readBodyInto(n int, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// readLargeFrameInto is ReadFrameInto that reads into buf's memory only a
-// frame of largeFrame bytes or more; a smaller one gets a buffer of its
-// own. large reports which it did: when it is set, the frame is buf's
-// memory or a buffer grown from it.
-func (fr *FrameReader) readLargeFrameInto(buf []byte) (f []byte, large bool, err error) {
+// ReadFrameInto is ReadFrame reading into buf's memory when the frame fits
+// in its capacity (else into a larger buffer grown from it): a caller that
+// is done with each frame before it reads the next can read them all into
+// one buffer. The frame returned is buf's memory, or the grown buffer.
+func (fr *FrameReader) ReadFrameInto(buf []byte) ([]byte, error) {
+	f, _, err := fr.readFrame(buf, false)
+	return f, err
+}
+
+// readFrame is ReadFrameInto; with large, it reads into buf's memory only
+// a frame of largeFrame bytes or more, and a smaller one into a buffer of
+// its own. inBuf reports that the frame is buf's memory or a buffer grown
+// from it (always, without large): the caller may keep it for the next
+// frame.
+func (fr *FrameReader) readFrame(buf []byte, large bool) (f []byte, inBuf bool, err error) {
 	n, err := fr.readLength()
 	if err != nil {
 		return nil, false, err
@@ -178,26 +188,12 @@ func (fr *FrameReader) readLargeFrameInto(buf []byte) (f []byte, large bool, err
 	if n > uint64(fr.max) {
 		return nil, false, fmt.Errorf("%w: %d bytes declared, cap %d", ErrFrameTooLarge, n, fr.max)
 	}
-	if n < largeFrame {
+	inBuf = !large || n >= largeFrame
+	if !inBuf {
 		buf = nil
 	}
 	f, err = fr.readBodyInto(int(n), buf)
-	return f, n >= largeFrame, err
-}
-
-// ReadFrameInto is ReadFrame reading into buf's memory when the frame fits
-// in its capacity (else into a larger buffer grown from it): a caller that
-// is done with each frame before it reads the next can read them all into
-// one buffer. The frame returned is buf's memory, or the grown buffer.
-func (fr *FrameReader) ReadFrameInto(buf []byte) ([]byte, error) {
-	n, err := fr.readLength()
-	if err != nil {
-		return nil, err
-	}
-	if n > uint64(fr.max) {
-		return nil, fmt.Errorf("%w: %d bytes declared, cap %d", ErrFrameTooLarge, n, fr.max)
-	}
-	return fr.readBodyInto(int(n), buf)
+	return f, inBuf, err
 }
 
 // FrameWriter writes uvarint-length-prefixed frames to a stream.
@@ -249,30 +245,20 @@ var errNoTimeout = errors.New("protocol: frame timeout must be positive")
 // one frame. The deadline stays set afterwards, so a read someone forgets
 // to bound fails instead of hanging; the next call replaces it.
 func ReadFrameDeadline(fr *FrameReader, d Deadliner, timeout time.Duration) ([]byte, error) {
-	return readFrameIntoDeadline(fr, d, timeout, nil)
+	f, _, err := readFrameIntoDeadline(fr, d, timeout, nil, false)
+	return f, err
 }
 
-// readLargeFrameDeadline is readFrameIntoDeadline for readLargeFrameInto.
-func readLargeFrameDeadline(fr *FrameReader, d Deadliner, timeout time.Duration, buf []byte) ([]byte, bool, error) {
+// readFrameIntoDeadline is ReadFrameDeadline reading into buf (see
+// FrameReader.readFrame); a nil buf reads into a new buffer.
+func readFrameIntoDeadline(fr *FrameReader, d Deadliner, timeout time.Duration, buf []byte, large bool) ([]byte, bool, error) {
 	if timeout <= 0 {
 		return nil, false, errNoTimeout
 	}
 	if err := d.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return nil, false, fmt.Errorf("protocol: set read deadline: %w", err)
 	}
-	return fr.readLargeFrameInto(buf)
-}
-
-// readFrameIntoDeadline is ReadFrameDeadline reading into buf (see
-// ReadFrameInto); a nil buf reads into a new buffer.
-func readFrameIntoDeadline(fr *FrameReader, d Deadliner, timeout time.Duration, buf []byte) ([]byte, error) {
-	if timeout <= 0 {
-		return nil, errNoTimeout
-	}
-	if err := d.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, fmt.Errorf("protocol: set read deadline: %w", err)
-	}
-	return fr.ReadFrameInto(buf)
+	return fr.readFrame(buf, large)
 }
 
 // WriteFrameDeadline sets d's write deadline to timeout from now and writes
