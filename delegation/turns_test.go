@@ -223,6 +223,10 @@ func TestReplyRefusals(t *testing.T) {
 		t.Fatalf("running: %v", err)
 	}
 	b.Release()
+	// The provider has one slot for this peer: the next offer finds it
+	// free once the slow task has ended (its slot goes back before its
+	// result is sent). Offered sooner, it is rejected as busy.
+	waitState(t, req, slow, protocol.StateCompleted)
 
 	id := askAndWait(t, req, prov, "r")
 	before, _ := req.st.DelegationInfo(store.RoleRequester, id)
