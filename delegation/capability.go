@@ -336,3 +336,16 @@ func (e *providerHalf) Advert() (crypto.Assertion, protocol.CapabilityAssertion,
 	signed, err := protocol.SignCapability(e.id, a)
 	return signed, a, err
 }
+
+// speaks reports whether p's capability assertion (the one it answered a
+// query with, else its advertisement) lists v.
+func (e *requesterHalf) speaks(p peer.ID, v protocol.Version) bool {
+	e.reqMu.Lock()
+	k := e.caps[p]
+	e.reqMu.Unlock()
+	a := k.query
+	if a == nil {
+		a = k.advert
+	}
+	return a != nil && protocol.Speaks(a.Versions, v)
+}

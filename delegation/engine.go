@@ -237,7 +237,8 @@ type providerHalf struct {
 	perPeer   map[peer.ID]int                 // remote slots held, by peer
 	untrusted int                             // remote slots held by untrusted peers
 
-	openDelay time.Duration // openDelay; tests stretch it
+	openDelay time.Duration      // openDelay; tests stretch it
+	versions  []protocol.Version // what the capability assertion lists; tests play older peers
 }
 
 // requesterHalf offers tasks to providers and follows them to their
@@ -248,6 +249,8 @@ type requesterHalf struct {
 	reqMu    sync.Mutex
 	outgoing map[protocol.DelegationID]*outgoing
 	caps     map[peer.ID]knownCaps
+	idle     *idleStreams  // streams kept for the next offer (streampool.go)
+	keptWait time.Duration // keptAnswerTimeout; tests shorten it
 }
 
 // payloadMargin is what an offer or result holds beside its parts
@@ -291,6 +294,7 @@ func New(cfg Config) (*Engine, error) {
 		running:   make(map[protocol.DelegationID]*task),
 		perPeer:   make(map[peer.ID]int),
 		openDelay: openDelay,
+		versions:  protocol.Supported,
 	}
 	e := &Engine{
 		core:         c,
@@ -300,6 +304,8 @@ func New(cfg Config) (*Engine, error) {
 			prov:     p,
 			outgoing: make(map[protocol.DelegationID]*outgoing),
 			caps:     make(map[peer.ID]knownCaps),
+			idle:     newIdleStreams(cfg.Conn.IOTimeout),
+			keptWait: keptAnswerTimeout,
 		},
 	}
 	e.m = newMetrics(cfg.Registerer, e)
@@ -414,6 +420,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.runMu.Lock()
 	e.stopped = true
 	e.runMu.Unlock()
+	e.idle.close()
 	e.wg.Wait()
 	return err
 }

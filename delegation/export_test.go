@@ -11,3 +11,11 @@ func (e *Engine) SetMutateResult(f func(*protocol.DelegationResult)) { e.mutateR
 
 // SetOpenDelay sets how long a remote task may run before it is stored.
 func (e *Engine) SetOpenDelay(d time.Duration) { e.openDelay = d }
+
+// SetVersions sets the protocol versions the provider's capability
+// assertion lists (an older peer lists fewer).
+func (e *Engine) SetVersions(vs []protocol.Version) { e.versions = vs }
+
+// SetKeptAnswerTimeout sets how long a requester waits for the first answer
+// to an offer sent on a kept stream.
+func (e *Engine) SetKeptAnswerTimeout(d time.Duration) { e.keptWait = d }

@@ -51,20 +51,30 @@ func (e *providerHalf) serve(ctx context.Context, s Stream, remote peer.ID) {
 		return
 	}
 	defer s.Close()
+	// A stream whose delegation has ended may carry the requester's next
+	// offer (protocol 1.4, StreamReuse): the handlers that end with a
+	// result return it, and it is served as if it had opened the stream,
+	// admitted as of its arrival.
 	e.trace(Received, remote, first)
-	switch m := first.(type) {
-	case *protocol.CapabilityQuery:
-		e.answerQuery(c, remote, m)
-	case *protocol.DelegationOffer:
-		e.serveOffer(ctx, s, c, remote, m, raw)
-	case *protocol.DelegationContinue:
-		e.serveContinue(ctx, c, remote, m, raw)
-	case *protocol.DelegationStatus:
-		e.serveReattach(ctx, c, remote, m)
-	case *protocol.DelegationCancel:
-		e.cancelTask(remote, m.ID, m.Reason)
-	default:
-		e.log.Debug("unexpected first message", "peer", remote, "type", first.Type())
+	issued := c.Header().IssuedAt
+	for first != nil {
+		var next protocol.Message
+		var nextRaw []byte
+		switch m := first.(type) {
+		case *protocol.CapabilityQuery:
+			e.answerQuery(c, remote, m)
+		case *protocol.DelegationOffer:
+			next, nextRaw = e.serveOffer(ctx, s, c, remote, m, raw, issued)
+		case *protocol.DelegationContinue:
+			e.serveContinue(ctx, c, remote, m, raw)
+		case *protocol.DelegationStatus:
+			next, nextRaw = e.serveReattach(ctx, c, remote, m)
+		case *protocol.DelegationCancel:
+			e.cancelTask(remote, m.ID, m.Reason)
+		default:
+			e.log.Debug("unexpected first message", "peer", remote, "type", first.Type())
+		}
+		first, raw, issued = next, nextRaw, e.cfg.Now()
 	}
 }
 
@@ -88,7 +98,7 @@ func (e *providerHalf) assertion(asker peer.ID, want []string) (protocol.Capabil
 	trust := e.trustOf(asker)
 	a := protocol.CapabilityAssertion{
 		Provider:     e.id.PeerID(),
-		Versions:     protocol.Supported,
+		Versions:     e.versions,
 		GrantedTrust: trust,
 		IssuedAt:     now,
 		ExpiresAt:    now.Add(e.cfg.CapabilityTTL),
@@ -278,25 +288,27 @@ func (e *providerHalf) timeoutFor(p *Profile, offered time.Duration) time.Durati
 	return min(t, e.cfg.MaxTimeout)
 }
 
-func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte) {
+// serveOffer admits an offer and runs its task, following the stream until
+// the delegation is over. It returns the requester's next offer when one
+// came on the stream after this delegation's result (nil otherwise).
+func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Conn, remote peer.ID, o *protocol.DelegationOffer, raw []byte, issued time.Time) (protocol.Message, []byte) {
 	// A repeated offer (the requester lost our accept) is a reattach.
 	key, found := e.providerKey(remote, o.ID)
 	if found {
-		e.serveReattach(ctx, c, remote, &protocol.DelegationStatus{ID: o.ID, Query: true})
-		return
+		return e.serveReattach(ctx, c, remote, &protocol.DelegationStatus{ID: o.ID, Query: true})
 	}
-	p, rej := e.admit(remote, c.Header().IssuedAt, o)
+	p, rej := e.admit(remote, issued, o)
 	if rej == nil {
 		rej = e.checkContextOffer(o) // contexts: context.go
 	}
 	if rej != nil {
 		e.reject(c, remote, o.ID, rej)
-		return
+		return nil, nil
 	}
 	trust := e.trustOf(remote)
 	if rej := e.takeSlot(remote, trust); rej != nil {
 		e.reject(c, remote, o.ID, rej)
-		return
+		return nil, nil
 	}
 	timeout := e.timeoutFor(p, o.Timeout)
 	now := e.cfg.Now()
@@ -309,14 +321,14 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 	if rej != nil {
 		e.releaseSlot(remote, trust)
 		e.reject(c, remote, o.ID, rej)
-		return
+		return nil, nil
 	}
 	t.lease = lease
 	accept, running, err := t.openingEvents()
 	if err != nil {
 		e.releaseSlot(remote, trust)
 		t.releaseLease()
-		return
+		return nil, nil
 	}
 	// Nothing is acknowledged yet: the task starts at once, and its record
 	// is written (and the accept sent) when it ends or after openDelay,
@@ -333,7 +345,7 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 	t.abort = func() { _ = s.Reset() }
 	t.attach(c)
 	e.startTask(ctx, t)
-	e.readRequester(c, remote, t)
+	return e.readRequester(ctx, c, remote, t)
 }
 
 // openDelay is how long a remote task may run before its record is
@@ -448,17 +460,29 @@ func (e *providerHalf) settle(ctx context.Context, key protocol.DelegationID) {
 }
 
 // readRequester reads what the requester sends on an attached stream
-// (cancel) until the task is over and the requester has closed its side,
-// which is how it acknowledges the result.
-func (e *providerHalf) readRequester(c *protocol.Conn, remote peer.ID, t *task) {
+// (cancel, continuations) until the task is over and the requester has
+// closed its side, which is how it acknowledges the result, or sent its
+// next offer on the stream (1.4, StreamReuse), which it returns once the
+// task is over: a requester sends one only after this delegation's result.
+func (e *providerHalf) readRequester(ctx context.Context, c *protocol.Conn, remote peer.ID, t *task) (protocol.Message, []byte) {
 	for {
 		wait := time.Until(t.deadline) + c.IOTimeout()
 		m, raw, err := c.RecvRaw(max(wait, c.IOTimeout()))
 		if err != nil {
-			return
+			return nil, nil
 		}
 		e.trace(Received, remote, m)
 		switch m := m.(type) {
+		case *protocol.DelegationOffer:
+			if m.ID == t.wire {
+				continue // this delegation's own offer again: it is here already
+			}
+			select {
+			case <-t.done:
+				return m, raw
+			case <-ctx.Done():
+				return nil, nil
+			}
 		case *protocol.DelegationCancel:
 			if m.ID == t.wire {
 				// This stream is the requester's: no need to look the task
@@ -871,7 +895,9 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 
 // serveReattach answers a requester's "where is delegation X": it replays
 // everything sent so far and, while the task runs, attaches the stream.
-func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) {
+// It returns the requester's next offer when one came on the stream after
+// the result (nil otherwise).
+func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remote peer.ID, q *protocol.DelegationStatus) (protocol.Message, []byte) {
 	key, found := e.providerKey(remote, q.ID)
 	if found {
 		e.settle(ctx, key)
@@ -879,7 +905,7 @@ func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remo
 	if !found {
 		// Unknown, or someone else's: the same answer, so that IDs cannot be probed.
 		_ = e.send(c, remote, &protocol.DelegationStatus{ID: q.ID, State: protocol.StateUnknown})
-		return
+		return nil, nil
 	}
 	e.provMu.Lock()
 	t := e.running[key]
@@ -892,7 +918,7 @@ func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remo
 		if t != nil {
 			t.mu.Unlock()
 		}
-		return
+		return nil, nil
 	}
 	if t != nil {
 		ok := true
@@ -907,25 +933,30 @@ func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remo
 		}
 		t.mu.Unlock()
 		if ok {
-			e.readRequester(c, remote, t)
+			return e.readRequester(ctx, c, remote, t)
 		}
-		return
+		return nil, nil
 	}
 	// Finished: replay, then the stored result.
 	for _, raw := range history(events) {
 		if c.SendEncoded(raw) != nil {
-			return
+			return nil, nil
 		}
 	}
 	d, err := e.st.GetDelegation(store.RoleProvider, key)
 	if err != nil || len(d.Result) == 0 {
-		return
+		return nil, nil
 	}
 	if c.SendEncoded(d.Result) != nil {
-		return
+		return nil, nil
 	}
-	// Wait for the requester to close its side: its acknowledgement.
-	_, _ = c.Recv(c.IOTimeout())
+	// Wait for the requester to close its side, its acknowledgement, or to
+	// send its next offer on the stream (1.4).
+	if m, raw, err := c.RecvRaw(c.IOTimeout()); err == nil && m.Type() == protocol.TypeDelegationOffer {
+		e.trace(Received, remote, m)
+		return m, raw
+	}
+	return nil, nil
 }
 
 // recoverProvider fails what a previous run left running: the executors

@@ -206,15 +206,23 @@ func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *o
 	bo := backoff.Backoff{Initial: e.cfg.ReattachBackoff, Max: maxReattachBackoff}
 	preemptedBy := map[peer.ID]bool{}
 	var lost *pathLoss // the provider's path went away and has not come back
+	stale := false     // the last attempt's kept stream had gone
 	for attempt := 0; ; attempt++ {
 		fresh := attempt == 0 && cr != nil
-		out, err := e.attempt(ctx, d, o, lost, fresh, cr)
+		out, err := e.attempt(ctx, d, o, lost, fresh, cr, stale)
 		if cr.wait() != nil {
 			return // never stored: Delegate reports the error
 		}
+		stale = out == outcomeStale
 		switch out {
 		case outcomeDone:
 			return
+		case outcomeStale:
+			// The provider never heard this offer on the kept stream (or
+			// takes it again as a reattach): at once, on a new stream,
+			// and not as a failed attempt.
+			attempt--
+			continue
 		case outcomePreempted:
 			lost = nil
 			cur, err := e.st.DelegationInfo(store.RoleRequester, d.ID)
@@ -348,6 +356,7 @@ const (
 	outcomeConnected                // a stream worked, then failed: reattach
 	outcomeDone                     // the delegation is terminal here
 	outcomePreempted                // the provider preempted it: offer it elsewhere
+	outcomeStale                    // a kept stream had gone (streampool.go): offer again on a new one
 )
 
 // attempt opens one stream to the provider, sends the offer (or, once the
@@ -358,7 +367,11 @@ const (
 // A fresh attempt is the first one of a delegation just offered: it starts
 // from d as Delegate built it, reading nothing back, and waits for cr (the
 // write of d) before it reads the provider's answer.
-func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created) (outcome, error) {
+//
+// An offer goes out on a stream kept from an earlier delegation to the same
+// provider when there is one (streampool.go), unless noKept: the last
+// attempt's kept stream turned out gone.
+func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created, noKept bool) (outcome, error) {
 	o.replyMu.Lock()
 	locked := true
 	defer func() {
@@ -407,19 +420,40 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		}
 		first = offer
 	}
-	dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
-	s, err := e.cfg.Dialer.OpenStream(dctx, d.Peer)
-	cancel()
-	if err != nil {
-		e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
-		return outcomeRetry, err
+	var (
+		s      Stream
+		c      *protocol.Conn
+		kept   *idleStream // the stream came from the pool
+		opened time.Time   // when this attempt opened s, if it did
+		err    error
+	)
+	if !r.accepted && !noKept {
+		if is := e.idle.take(d.Peer); is != nil {
+			if is.c.SendEncoded(cur.Offer) == nil {
+				s, c, kept = is.s, is.c, is
+				r.kept = true
+			} else {
+				_ = is.s.Reset()
+			}
+		}
+	}
+	if kept == nil {
+		dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
+		opened = e.cfg.Now()
+		s, err = e.cfg.Dialer.OpenStream(dctx, d.Peer)
+		cancel()
+		if err != nil {
+			e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
+			return outcomeRetry, err
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 	defer stop()
-	var c *protocol.Conn
-	if r.accepted {
+	switch {
+	case kept != nil:
+	case r.accepted:
 		c, err = protocol.Dial(s, e.id, d.Peer, first, e.cfg.Conn)
-	} else {
+	default:
 		c, err = protocol.DialEncoded(s, e.id, d.Peer, protocol.TypeDelegationOffer, cur.Offer, e.cfg.Conn)
 	}
 	if err != nil {
@@ -475,13 +509,32 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		return outcomeDone, err
 	}
 	out, err := r.read()
-	if out == outcomeDone {
+	switch {
+	case out == outcomeDone && r.resulted && stop() && e.speaks(d.Peer, protocol.StreamReuse):
+		// The provider reads on for our next offer (1.4): kept for it.
+		if kept == nil {
+			kept = &idleStream{s: s, c: c, born: opened}
+		}
+		kept.uses++
+		e.idle.put(d.Peer, kept, e.cfg.Now())
+	case out == outcomeDone:
 		_ = s.Close() // closing our side acknowledges the result
-	} else {
+	default:
 		_ = s.Reset()
+		if kept != nil && !r.heard && ctx.Err() == nil {
+			return outcomeStale, err
+		}
 	}
 	return out, err
 }
+
+// keptAnswerTimeout bounds the wait for a provider's first answer to an
+// offer sent on a kept stream. A provider answers within its openDelay (or
+// at once, with a reject); one that has let the stream go without closing
+// it (an older build reached with a capability assertion from before its
+// downgrade) never does, and the offer goes again on a new stream, which
+// the provider takes as new or, if it has it after all, as a reattach.
+const keptAnswerTimeout = 5 * time.Second
 
 // requesterFlushDelay is how long a requester keeps the accept and
 // statuses it received in memory before writing them: a fast delegation's
@@ -628,6 +681,10 @@ type providerReader struct {
 	// turnSent: a continuation went out on this stream, so a reject is the
 	// provider refusing it, not a protocol violation.
 	turnSent bool
+	// kept: the offer went out on a stream kept from an earlier
+	// delegation; heard: a message came on this stream; resulted: the
+	// result did (the stream may then be kept for the next offer).
+	kept, heard, resulted bool
 }
 
 // own adds a continuation this node logged and sent to the transcript.
@@ -655,10 +712,16 @@ func (r *providerReader) read() (outcome, error) {
 		if wait <= 0 {
 			return outcomeConnected, errors.New("deadline passed")
 		}
+		if r.kept && !r.heard {
+			// A provider answers an offer within its openDelay; silence on
+			// a kept stream means it is no longer read (see outcomeStale).
+			wait = min(wait, e.keptWait)
+		}
 		m, raw, err := r.c.RecvRaw(wait)
 		if err != nil {
 			return outcomeConnected, err
 		}
+		r.heard = true
 		e.trace(Received, d.Peer, m)
 		if out, err, end := r.handle(m, raw); end {
 			return out, err
@@ -714,6 +777,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
+		r.resulted = true
 		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
 		return outcomeDone, nil, true
 	}

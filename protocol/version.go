@@ -31,13 +31,22 @@ type Version struct {
 //	     in the signed header, an ack from the responder)
 //	1.3  multi-turn delegations: input_required with a question, answered
 //	     by a continuation (an offer with turn >= 2); see MultiTurn
-var Supported = []Version{{1, 0}, {1, 1}, {1, 2}, {1, 3}}
+//	1.4  stream reuse: a requester may send its next offer on the stream
+//	     of a delegation whose result it has; see StreamReuse
+var Supported = []Version{{1, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}}
 
 // MultiTurn is the version that brings multi-turn delegations. A requester
 // marks an offer multi_turn, and sends continuations, only to a provider
 // whose capability assertion lists it; a provider pauses a delegation for
 // input only when its offer is so marked.
 var MultiTurn = Version{1, 3}
+
+// StreamReuse is the version from which a provider reads a delegation's
+// stream, after the result, for the requester's next offer, and serves it
+// as it would the first message of a new stream. A requester keeps a
+// stream for its next offer only for a provider whose capability assertion
+// lists it; no message or field changes.
+var StreamReuse = Version{1, 4}
 
 // Speaks reports whether a peer that lists vs speaks v (a listed version
 // of the same major and at least v's minor implies it).

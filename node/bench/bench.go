@@ -151,9 +151,11 @@ type Phase struct {
 	// shared the machine are not comparable with one that did not.
 	OtherLoad float64 `json:"other_load"`
 	// StreamsPerOp is how many delegation streams the requester opened per
-	// operation counted (delegation phases only): above 1, attempts failed
-	// and the engine reattached, which its round trips include.
-	StreamsPerOp float64 `json:"streams_per_op,omitempty"`
+	// operation counted (delegation phases only): below 1, streams kept
+	// after a delegation carried later ones (protocol 1.4, opened in the
+	// warm-up or shared); above 1, attempts failed and the engine
+	// reattached, which its round trips include.
+	StreamsPerOp float64 `json:"streams_per_op"`
 }
 
 // Ratio compares one delegation phase with the bare echo at the same

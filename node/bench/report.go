@@ -183,7 +183,7 @@ func (r Report) WriteTable(w io.Writer) error {
 			store = "-"
 		}
 		cpuOp, busy, others, streams := "-", "-", "-", "-"
-		if p.StreamsPerOp > 0 {
+		if p.Name == PhaseDelegation {
 			streams = fmt.Sprintf("%.2f", p.StreamsPerOp)
 		}
 		if p.CPUPerOp > 0 {
@@ -199,7 +199,8 @@ func (r Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "streams/op: delegation streams opened per delegation (above 1: failed attempts, reattached);\n"+
+	fmt.Fprintln(w, "streams/op: delegation streams opened per delegation (below 1: streams kept for the next offer, protocol 1.4;\n"+
+		"above 1: failed attempts, reattached);\n"+
 		"cpu/op: CPU time of this process (both nodes) per operation; cpu busy: of GOMAXPROCS;\n"+
 		"others: share of all CPUs that other processes used meanwhile")
 	busiest := 0.0

@@ -1,0 +1,144 @@
+package delegation
+
+import (
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// Stream reuse (protocol 1.4, protocol.StreamReuse). A new stream costs a
+// round of the muxer's open and acknowledgement, libp2p's protocol
+// negotiation, both sides' close and, with an envelope session, the
+// stream's keys: on loopback about as much as the rest of a bare echo. So
+// once a delegation's result has come in on a stream, a requester keeps
+// the stream, sealed as it is, and sends its next offer to the same
+// provider on it; the provider, which reads the stream until the requester
+// closes it, serves that offer as it would a new stream's first message.
+// Only a provider that lists 1.4 gets one: an older one reads nothing after
+// a result but a close.
+
+// idleStreams are the streams whose delegation is over, kept per provider
+// for the next offer. A stream waits at most idleStreamTTL (at most half
+// the I/O timeout, inside the provider's own wait), and a requester keeps
+// at most maxIdleStreams per provider: enough for the bursts a plan fans
+// out, few enough that idle streams cost little on either side.
+type idleStreams struct {
+	mu     sync.Mutex
+	byPeer map[peer.ID][]*idleStream
+	closed bool
+	ttl    time.Duration
+}
+
+const (
+	maxIdleStreams = 8
+	idleStreamTTL  = 10 * time.Second
+)
+
+// A stream carries delegations for at most maxKeptAge after it was opened
+// and at most maxKeptUses of them, then it is closed as before 1.4: its
+// keys serve a bounded time and number of frames, as a single delegation's
+// do, well inside an envelope session's lifetime.
+const (
+	maxKeptAge  = 5 * time.Minute
+	maxKeptUses = 1024
+)
+
+type idleStream struct {
+	s     Stream
+	c     *protocol.Conn
+	born  time.Time // when the stream was opened
+	uses  int       // delegations it carried
+	timer *time.Timer
+}
+
+func newIdleStreams(ioTimeout time.Duration) *idleStreams {
+	ttl := idleStreamTTL
+	if ioTimeout > 0 {
+		ttl = min(ttl, ioTimeout/2)
+	}
+	return &idleStreams{byPeer: map[peer.ID][]*idleStream{}, ttl: ttl}
+}
+
+// take returns the most recently used idle stream to p, or nil.
+func (p *idleStreams) take(to peer.ID) *idleStream {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.byPeer[to]
+	for len(list) > 0 {
+		is := list[len(list)-1]
+		list[len(list)-1] = nil
+		list = list[:len(list)-1]
+		if is.timer.Stop() {
+			p.set(to, list)
+			return is
+		}
+		// Its timer fired and is closing it.
+	}
+	p.set(to, list)
+	return nil
+}
+
+// put keeps is (its stream, sealed conn, age and uses) for the next offer
+// to p, or closes it when it has served long enough, when p has enough
+// waiting or when the pool is closed.
+func (p *idleStreams) put(to peer.ID, is *idleStream, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.byPeer[to]) >= maxIdleStreams ||
+		is.uses >= maxKeptUses || now.Sub(is.born) >= maxKeptAge {
+		_ = is.s.Close()
+		return
+	}
+	is.timer = time.AfterFunc(p.ttl, func() { p.expire(to, is) })
+	p.byPeer[to] = append(p.byPeer[to], is)
+}
+
+// expire closes is after its time in the pool, unless taken meanwhile.
+func (p *idleStreams) expire(to peer.ID, is *idleStream) {
+	p.mu.Lock()
+	list := p.byPeer[to]
+	for i, x := range list {
+		if x == is {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	p.set(to, list)
+	p.mu.Unlock()
+	_ = is.s.Close()
+}
+
+// set stores list as to's idle streams; p.mu is held.
+func (p *idleStreams) set(to peer.ID, list []*idleStream) {
+	if len(list) == 0 {
+		delete(p.byPeer, to)
+		return
+	}
+	p.byPeer[to] = list
+}
+
+// close closes every idle stream, and any put from now on.
+func (p *idleStreams) close() {
+	p.mu.Lock()
+	p.closed = true
+	all := p.byPeer
+	p.byPeer = map[peer.ID][]*idleStream{}
+	p.mu.Unlock()
+	for _, list := range all {
+		for _, is := range list {
+			if is.timer.Stop() {
+				_ = is.s.Close()
+			}
+		}
+	}
+}
+
+// count is how many idle streams wait for p (for tests).
+func (p *idleStreams) count(to peer.ID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.byPeer[to])
+}
