@@ -183,6 +183,49 @@
 // peer, also when another peer has one), not_waiting, turn_out_of_order,
 // expired or budget_too_low; the delegation is unchanged.
 //
+// # Stream reuse (1.4)
+//
+// A new stream costs the muxer's open and acknowledgement, libp2p's
+// protocol negotiation (two writes on the listener's side), both sides'
+// close and, under a session, the stream's own keys: on loopback about as
+// much as everything else in a bare echo. So a 1.4 requester keeps a
+// delegation's stream once the result has come on it, and sends its next
+// offer to the same provider there, sealed as the next frame of the same
+// stream; a 1.4 provider reads a stream on after a result (it always
+// waited there for the requester's close) and serves an offer that comes
+// as it would a new stream's first message, admitted as of its arrival.
+//
+//	requester                                                 provider
+//	  | Hello | delegation_offer{id A}                            |
+//	  |---------------------------------------------------------->|
+//	  |<-- delegation_accept, status, delegation_result{A} -------|
+//	  | delegation_offer{id B}     (same stream, next frame)      |
+//	  |---------------------------------------------------------->|  served as a new offer
+//	  |<-- delegation_accept, status, delegation_result{B} -------|
+//	  | close                                                     |
+//
+// The requester sends the next offer only after a result, only to a
+// provider whose capability assertion lists 1.4 (a 1.3 provider reads
+// nothing after a result but the close), and keeps a stream at most 10
+// seconds idle, for at most 5 minutes and 1,024 delegations from its open.
+// A provider takes an offer that comes before the current task is over
+// once it is. A kept stream found closed, or with no answer to the offer
+// within 5 seconds (a provider answers within its open delay, or rejects at
+// once), gives way to a new stream, on which the provider takes the offer
+// as new or, if it had it after all, as a reattach.
+//
+// Why every guarantee of the envelope holds: nothing about a frame
+// changes. The offer is sealed under the stream's keys with the next
+// sequence number, so it is as authentic, as confidential and as bound to
+// the two peers and to the stream's header as any later frame of a
+// delegation; a replayed or reordered frame fails to open, as before; no
+// (key, nonce) pair repeats. The stream's Hello passed the replay and
+// clock checks when the stream opened; the offers after it are fresh by
+// their sequence numbers, and the provider checks each offer's timeout
+// from its arrival. The bounds on a kept stream's age and uses keep its
+// keys to a time and a number of frames of the order of one long
+// delegation's.
+//
 // # Writes
 //
 // A Conn writes the Hello and the first message in one Write, the session
@@ -226,4 +269,8 @@
 //	                                  ResultProof output_sha256 (10): a
 //	                                  1.3 provider's proof binds the
 //	                                  result's output (OutputDigest).
+//	2026-11-27  1.4                   Stream reuse: after a result, the
+//	                                  requester may send its next offer on
+//	                                  the same stream. No message or field
+//	                                  changes.
 package protocol
