@@ -952,9 +952,13 @@ func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remo
 	}
 	// Wait for the requester to close its side, its acknowledgement, or to
 	// send its next offer on the stream (1.4).
-	if m, raw, err := c.RecvRaw(c.IOTimeout()); err == nil && m.Type() == protocol.TypeDelegationOffer {
-		e.trace(Received, remote, m)
-		return m, raw
+	m, raw, err := c.RecvRaw(c.IOTimeout())
+	if err != nil {
+		return nil, nil
+	}
+	e.trace(Received, remote, m)
+	if o, ok := m.(*protocol.DelegationOffer); ok && o.ID != q.ID {
+		return o, raw
 	}
 	return nil, nil
 }
