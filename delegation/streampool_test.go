@@ -63,8 +63,11 @@ func reuseMesh(t *testing.T, deadlines bool) (a, b *testNode, opened *atomic.Int
 		if i == 0 {
 			c.Dialer = countingDialer{c.Dialer, opened, deadlines}
 		}
-		// Room for the concurrent delegations of TestStreamReuse.
+		// Room for the concurrent delegations of TestStreamReuse, and a
+		// kept stream's time to live (half the I/O timeout) far above the
+		// moments between two delegations, however loaded the machine.
 		c.MaxRemoteConcurrent, c.MaxRemotePerPeer, c.MaxUntrustedRemote = 16, 16, 16
+		c.Conn.IOTimeout = 20 * time.Second
 	})
 	return nodes[0], nodes[1], opened
 }
