@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/protocol"
@@ -82,12 +83,14 @@ func (p *idleStreams) take(to peer.ID) *idleStream {
 }
 
 // put keeps is (its stream, sealed conn, age and uses) for the next offer
-// to p, or closes it when it has served long enough, when p has enough
-// waiting or when the pool is closed.
+// to p, or closes it when it has served long enough, when it runs over a
+// limited connection (a relay's, which caps time and bytes and which a
+// direct connection replaces once hole punching succeeds: new streams take
+// the direct one), when p has enough waiting or when the pool is closed.
 func (p *idleStreams) put(to peer.ID, is *idleStream, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.byPeer[to]) >= maxIdleStreams ||
+	if p.closed || len(p.byPeer[to]) >= maxIdleStreams || limited(is.s) ||
 		is.uses >= maxKeptUses || now.Sub(is.born) >= maxKeptAge {
 		_ = is.s.Close()
 		return
@@ -141,4 +144,11 @@ func (p *idleStreams) count(to peer.ID) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.byPeer[to])
+}
+
+// limited reports whether s is a libp2p stream over a limited (relayed)
+// connection.
+func limited(s Stream) bool {
+	c, ok := s.(interface{ Conn() network.Conn })
+	return ok && c.Conn() != nil && c.Conn().Stat().Limited
 }

@@ -231,8 +231,19 @@ func (*fakeStream) SetWriteDeadline(time.Time) error { return nil }
 func (s *fakeStream) Close() error                   { s.closed.Store(true); return nil }
 func (s *fakeStream) Reset() error                   { s.closed.Store(true); return nil }
 
+// relayedStream is a fakeStream over a limited connection.
+type relayedStream struct{ fakeStream }
+
+type limitedConn struct{ network.Conn }
+
+func (limitedConn) Stat() network.ConnStats {
+	return network.ConnStats{Stats: network.Stats{Limited: true}}
+}
+
+func (*relayedStream) Conn() network.Conn { return limitedConn{} }
+
 // TestIdleStreamsBounds: the pool keeps a stream for its next offer only
-// while it is young and little used, at most maxIdleStreams per provider,
+// while it is young and little used, never over a relay, at most maxIdleStreams per provider,
 // for at most its time to live, and closes what it does not keep.
 func TestIdleStreamsBounds(t *testing.T) {
 	now := time.Now()
@@ -248,6 +259,10 @@ func TestIdleStreamsBounds(t *testing.T) {
 	}
 	if s := keep(now, maxKeptUses); !s.closed.Load() || p.count(to) != 0 {
 		t.Fatal("a stream that carried maxKeptUses delegations was kept")
+	}
+	relayed := &relayedStream{}
+	if p.put(to, &idleStream{s: relayed, born: now, uses: 1}, now); !relayed.closed.Load() || p.count(to) != 0 {
+		t.Fatal("a stream over a limited (relayed) connection was kept")
 	}
 	var kept []*fakeStream
 	for range maxIdleStreams + 2 {

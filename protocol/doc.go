@@ -207,7 +207,8 @@
 // The requester sends the next offer only after a result, only to a
 // provider whose capability assertion lists 1.4 (a 1.3 provider reads
 // nothing after a result but the close), and keeps a stream at most 10
-// seconds idle, for at most 5 minutes and 1,024 delegations from its open.
+// seconds idle, for at most 5 minutes and 1,024 delegations from its open,
+// and never one over a relayed (limited) connection.
 // A provider takes an offer that comes before the current task is over
 // once it is. A kept stream found closed, or with no answer to the offer
 // within 5 seconds (a provider answers within its open delay, or rejects at
