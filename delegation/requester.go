@@ -508,15 +508,23 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		_ = s.Reset()
 		return outcomeDone, err
 	}
-	out, err := r.read()
-	switch {
-	case out == outcomeDone && r.resulted && stop() && e.speaks(d.Peer, protocol.StreamReuse):
-		// The provider reads on for our next offer (1.4): kept for it.
+	// Once the result is in, the provider reads on for our next offer
+	// (1.4): the stream goes back to the pool before the result is checked
+	// and stored, so that it is there when Wait returns.
+	r.keepStream = func() bool {
+		if !stop() || !e.speaks(d.Peer, protocol.StreamReuse) {
+			return false
+		}
 		if kept == nil {
 			kept = &idleStream{s: s, c: c, born: opened}
 		}
 		kept.uses++
 		e.idle.put(d.Peer, kept, e.cfg.Now())
+		return true
+	}
+	out, err := r.read()
+	switch {
+	case r.streamKept:
 	case out == outcomeDone:
 		_ = s.Close() // closing our side acknowledges the result
 	default:
@@ -682,9 +690,13 @@ type providerReader struct {
 	// provider refusing it, not a protocol violation.
 	turnSent bool
 	// kept: the offer went out on a stream kept from an earlier
-	// delegation; heard: a message came on this stream; resulted: the
-	// result did (the stream may then be kept for the next offer).
-	kept, heard, resulted bool
+	// delegation; heard: a message came on this stream.
+	kept, heard bool
+	// keepStream hands the stream to the pool for the next offer once the
+	// result is in, and reports whether it did (streamKept): the stream is
+	// then no longer this reader's.
+	keepStream func() bool
+	streamKept bool
 }
 
 // own adds a continuation this node logged and sent to the transcript.
@@ -777,7 +789,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
-		r.resulted = true
+		r.streamKept = r.keepStream != nil && r.keepStream()
 		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
 		return outcomeDone, nil, true
 	}
