@@ -444,6 +444,7 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		cancel()
 		if err != nil {
 			e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
+			e.idle.drop(d.Peer)
 			return outcomeRetry, err
 		}
 	}
@@ -458,6 +459,7 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 	}
 	if err != nil {
 		_ = s.Reset()
+		e.idle.drop(d.Peer) // a new stream failed: free what the provider counts
 		if errors.Is(err, protocol.ErrPayloadTooLarge) || errors.Is(err, protocol.ErrFrameTooLarge) {
 			// A local size error: no retry can fix it.
 			if cr.wait() != nil {
@@ -531,6 +533,11 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		_ = s.Reset()
 		if kept != nil && !r.heard && ctx.Err() == nil {
 			return outcomeStale, err
+		}
+		if kept == nil && !r.heard {
+			// A new stream the provider refused (its limit on a peer's
+			// streams counts the kept ones): free them for the next try.
+			e.idle.drop(d.Peer)
 		}
 	}
 	return out, err

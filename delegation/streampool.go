@@ -128,10 +128,23 @@ func (p *idleStreams) set(to peer.ID, list []*idleStream) {
 	p.byPeer[to] = list
 }
 
-// close closes every idle stream, and any put from now on.
-func (p *idleStreams) close() {
+// drop closes the idle streams to a provider: a new stream to it just
+// failed, and kept ones count against the streams it lets a peer hold.
+func (p *idleStreams) drop(to peer.ID) {
 	p.mu.Lock()
-	p.closed = true
+	list := p.byPeer[to]
+	delete(p.byPeer, to)
+	p.mu.Unlock()
+	for _, is := range list {
+		if is.timer.Stop() {
+			_ = is.s.Close()
+		}
+	}
+}
+
+// closeIdle closes every idle stream; later ones are kept again.
+func (p *idleStreams) closeIdle() {
+	p.mu.Lock()
 	all := p.byPeer
 	p.byPeer = map[peer.ID][]*idleStream{}
 	p.mu.Unlock()
@@ -142,6 +155,14 @@ func (p *idleStreams) close() {
 			}
 		}
 	}
+}
+
+// close closes every idle stream, and any put from now on.
+func (p *idleStreams) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.closeIdle()
 }
 
 // count is how many idle streams wait for p (for tests).
@@ -157,3 +178,9 @@ func limited(s Stream) bool {
 	c, ok := s.(interface{ Conn() network.Conn })
 	return ok && c.Conn() != nil && c.Conn().Stat().Limited
 }
+
+// CloseIdleStreams closes the streams kept for later offers (protocol 1.4),
+// which count against the streams each provider lets this node hold; the
+// engine keeps streams again from its next delegation on. A node need not
+// call it: kept streams go after seconds idle, and when the engine stops.
+func (e *Engine) CloseIdleStreams() { e.idle.closeIdle() }

@@ -283,8 +283,23 @@ func TestIdleStreamsBounds(t *testing.T) {
 	if p.count(to) != 0 || !kept[0].closed.Load() || p.take(to) != nil {
 		t.Fatal("kept streams did not expire")
 	}
-	// After close, nothing is kept.
+	// drop closes a provider's kept streams; closeIdle every one, and
+	// later ones are kept again; after close, nothing is kept.
+	a, b := keep(now, 1), keep(now, 1)
+	if p.drop(to); !a.closed.Load() || !b.closed.Load() || p.count(to) != 0 {
+		t.Fatal("drop left kept streams open")
+	}
+	a = keep(now, 1)
+	if p.closeIdle(); !a.closed.Load() || p.count(to) != 0 {
+		t.Fatal("closeIdle left kept streams open")
+	}
+	if a = keep(now, 1); a.closed.Load() || p.count(to) != 1 {
+		t.Fatal("no stream kept after closeIdle")
+	}
 	p.close()
+	if !a.closed.Load() {
+		t.Fatal("close left a kept stream open")
+	}
 	if s := keep(now, 1); !s.closed.Load() || p.count(to) != 0 {
 		t.Fatal("a stream was kept after close")
 	}

@@ -295,7 +295,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 	if e := sets[StoreDurable]; e != nil {
 		first = e
 	}
-	first.activate(hp)
+	switchTo(sets, first, hp)
 	if r.Anatomy, err = first.anatomy(ctx, string(text)); err != nil {
 		return r, fmt.Errorf("bench: first delegation: %w", err)
 	}
@@ -320,7 +320,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (_ Report, err error) {
 		r.Phases = append(r.Phases, p)
 		for _, k := range opts.Stores {
 			e := sets[k]
-			e.activate(hp)
+			switchTo(sets, e, hp)
 			p := measure(ctx, w, &r, opts, PhaseDelegation, k, conc, &e.streams, func(ctx context.Context, _ int) error {
 				_, err := e.delegate(ctx, string(text))
 				return err

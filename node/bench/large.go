@@ -114,7 +114,7 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 					Skipped: fmt.Sprintf("a %s store holds values up to %s", k, fmtBytes(max))})
 				continue
 			}
-			e.activate(hp)
+			switchTo(sets, e, hp)
 			fmt.Fprintf(w, "measuring delegation of %s (%s store), %d runs\n", fmtBytes(size), k, opts.LargeRuns)
 			lat, cpu, errs, first := timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
 				_, err := e.delegateBudget(ctx, string(text), budget)
