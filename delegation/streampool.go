@@ -45,8 +45,8 @@ const (
 
 // A stream carries delegations for at most maxKeptAge after it was opened
 // and at most maxKeptUses of them, then it is closed as before 1.4: its
-// keys serve a bounded time and number of frames, as a single delegation's
-// do, well inside an envelope session's lifetime.
+// keys serve a bounded time and number of frames, of the order of one long
+// delegation's.
 const (
 	maxKeptAge  = 5 * time.Minute
 	maxKeptUses = 1024
@@ -93,15 +93,22 @@ func (p *idleStreams) take(to peer.ID) *idleStream {
 // direct connection replaces once hole punching succeeds: new streams take
 // the direct one), when p has enough waiting or when the pool is closed.
 func (p *idleStreams) put(to peer.ID, is *idleStream, now time.Time) {
+	if !p.keep(to, is, now) {
+		_ = is.s.Close() // outside the lock: a close may wait on the muxer
+	}
+}
+
+// keep adds is to p's idle streams, unless put says why not.
+func (p *idleStreams) keep(to peer.ID, is *idleStream, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.byPeer[to]) >= maxIdleStreams || limited(is.s) ||
 		is.uses >= maxKeptUses || now.Sub(is.born) >= maxKeptAge {
-		_ = is.s.Close()
-		return
+		return false
 	}
 	is.timer = time.AfterFunc(p.ttl, func() { p.expire(to, is) })
 	p.byPeer[to] = append(p.byPeer[to], is)
+	return true
 }
 
 // expire closes is after its time in the pool, unless taken meanwhile.
@@ -135,11 +142,7 @@ func (p *idleStreams) drop(to peer.ID) {
 	list := p.byPeer[to]
 	delete(p.byPeer, to)
 	p.mu.Unlock()
-	for _, is := range list {
-		if is.timer.Stop() {
-			_ = is.s.Close()
-		}
-	}
+	closeKept(list)
 }
 
 // closeIdle closes every idle stream; later ones are kept again.
@@ -149,10 +152,16 @@ func (p *idleStreams) closeIdle() {
 	p.byPeer = map[peer.ID][]*idleStream{}
 	p.mu.Unlock()
 	for _, list := range all {
-		for _, is := range list {
-			if is.timer.Stop() {
-				_ = is.s.Close()
-			}
+		closeKept(list)
+	}
+}
+
+// closeKept closes streams taken out of the pool; one whose timer has
+// fired is closed by its expiry.
+func closeKept(list []*idleStream) {
+	for _, is := range list {
+		if is.timer.Stop() {
+			_ = is.s.Close()
 		}
 	}
 }
