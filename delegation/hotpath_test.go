@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -296,21 +295,10 @@ func TestFastTaskOneWrite(t *testing.T) {
 	nodes := newMesh(t, 2, nil)
 	a, b := nodes[0], nodes[1]
 	b.eng.SetOpenDelay(time.Minute) // the task surely ends first
-	var mu sync.Mutex
-	var streams []*writeCounter
-	b.host.SetStreamHandler(protocol.ID, func(s network.Stream) {
-		w := &writeCounter{Stream: s}
-		mu.Lock()
-		streams = append(streams, w)
-		mu.Unlock()
-		b.eng.HandleStream(w, s.Conn().RemotePeer())
-	})
+	var ps providerStreams[*writeCounter]
+	ps.handle(b, func(s network.Stream) *writeCounter { return &writeCounter{Stream: s} })
 	writes := func() (n int32) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, w := range streams {
-			n += w.writes.Load()
-		}
+		ps.each(func(w *writeCounter) { n += w.writes.Load() })
 		return n
 	}
 	for i := range 3 {

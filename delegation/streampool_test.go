@@ -130,22 +130,24 @@ func TestStreamReuseNeedsProvider14(t *testing.T) {
 	}
 }
 
-// providerStreams records the provider's side of each delegation stream.
-type providerStreams struct {
+// providerStreams records the provider's side of each stream it is
+// handed, as wrap makes it, and serves the stream through it.
+type providerStreams[S network.Stream] struct {
 	mu sync.Mutex
-	ss []network.Stream
+	ss []S
 }
 
-func (p *providerStreams) handle(b *testNode) {
+func (p *providerStreams[S]) handle(b *testNode, wrap func(network.Stream) S) {
 	b.host.SetStreamHandler(protocol.ID, func(s network.Stream) {
+		w := wrap(s)
 		p.mu.Lock()
-		p.ss = append(p.ss, s)
+		p.ss = append(p.ss, w)
 		p.mu.Unlock()
-		b.engine().HandleStream(s, s.Conn().RemotePeer())
+		b.engine().HandleStream(w, s.Conn().RemotePeer())
 	})
 }
 
-func (p *providerStreams) each(f func(network.Stream)) {
+func (p *providerStreams[S]) each(f func(S)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.ss {
@@ -159,8 +161,8 @@ func (p *providerStreams) each(f func(network.Stream)) {
 // the delegation ends well, not failed as unreachable.
 func TestStreamReuseAfterProviderClose(t *testing.T) {
 	a, b, opened := reuseMesh(t, false)
-	var ps providerStreams
-	ps.handle(b)
+	var ps providerStreams[network.Stream]
+	ps.handle(b, func(s network.Stream) network.Stream { return s })
 	delegateEcho(t, a, b, 0)
 	if a.engine().idle.count(b.id.PeerID()) != 1 {
 		t.Fatal("no stream kept after the first delegation")
@@ -196,22 +198,11 @@ func (s *silentStream) Write(b []byte) (int, error) {
 func TestStreamReuseSilentProvider(t *testing.T) {
 	a, b, opened := reuseMesh(t, true)
 	a.engine().SetKeptAnswerTimeout(200 * time.Millisecond)
-	var mu sync.Mutex
-	var streams []*silentStream
-	b.host.SetStreamHandler(protocol.ID, func(s network.Stream) {
-		w := &silentStream{Stream: s}
-		mu.Lock()
-		streams = append(streams, w)
-		mu.Unlock()
-		b.engine().HandleStream(w, s.Conn().RemotePeer())
-	})
+	var ps providerStreams[*silentStream]
+	ps.handle(b, func(s network.Stream) *silentStream { return &silentStream{Stream: s} })
 	delegateEcho(t, a, b, 0)
 	// The provider's answers on the kept stream go nowhere from now on.
-	mu.Lock()
-	for _, s := range streams {
-		s.deaf.Store(true)
-	}
-	mu.Unlock()
+	ps.each(func(s *silentStream) { s.deaf.Store(true) })
 	before := opened.Load()
 	delegateEcho(t, a, b, 1)
 	if n := opened.Load() - before; n != 1 {

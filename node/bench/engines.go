@@ -185,25 +185,6 @@ func startEngines(ctx context.Context, hp *hostPair, kind StoreKind, dir string,
 // activate points both hosts' delegation handlers at these engines. Phases
 // run one at a time, so engines of every store kind can stay started for
 // the whole run and take turns on the same two hosts.
-// idle closes the streams both engines keep for later offers (protocol
-// 1.4): the phases of one run share the two hosts, whose limits on a
-// peer's streams count the streams an earlier phase's engines still keep.
-func (e *engines) idle() {
-	e.a.eng.CloseIdleStreams()
-	e.b.eng.CloseIdleStreams()
-}
-
-// switchTo makes e the engines that serve the hosts' delegation streams,
-// after closing the streams the others keep.
-func switchTo(sets map[StoreKind]*engines, e *engines, hp *hostPair) {
-	for _, o := range sets {
-		if o != e {
-			o.idle()
-		}
-	}
-	e.activate(hp)
-}
-
 func (e *engines) activate(hp *hostPair) {
 	for _, x := range []struct {
 		h   host.Host
@@ -213,6 +194,20 @@ func (e *engines) activate(hp *hostPair) {
 			x.eng.HandleStream(s, s.Conn().RemotePeer())
 		})
 	}
+}
+
+// switchTo makes e the engines that serve the hosts' delegation streams
+// (activate), after closing the streams the other engines keep for later
+// offers (protocol 1.4): the hosts' limits on a peer's streams would count
+// them against e's.
+func switchTo(sets map[StoreKind]*engines, e *engines, hp *hostPair) {
+	for _, o := range sets {
+		if o != e {
+			o.a.eng.CloseIdleStreams()
+			o.b.eng.CloseIdleStreams()
+		}
+	}
+	e.activate(hp)
 }
 
 func queryUntilReady(ctx context.Context, from *delegation.Engine, to peer.ID) error {
