@@ -12,6 +12,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation/executor"
@@ -35,6 +36,9 @@ type testNode struct {
 	cancel context.CancelFunc
 	done   chan error
 	cfg    func(*Config)
+	// storeReg holds the metrics of the node's store, across restarts.
+	storeReg     *prometheus.Registry
+	storeMetrics *store.Metrics
 
 	traceMu sync.Mutex
 	traced  []protocol.MessageType
@@ -63,7 +67,9 @@ func newMesh(t *testing.T, n int, cfg func(i int, c *Config)) []*testNode {
 			t.Fatal(err)
 		}
 		i := i
-		nodes[i] = &testNode{t: t, id: id, host: h, mn: mn, dir: filepath.Join(t.TempDir(), "store")}
+		reg := prometheus.NewRegistry()
+		nodes[i] = &testNode{t: t, id: id, host: h, mn: mn, dir: filepath.Join(t.TempDir(), "store"),
+			storeReg: reg, storeMetrics: store.NewMetrics(reg)}
 		if cfg != nil {
 			nodes[i].cfg = func(c *Config) { cfg(i, c) }
 		}
@@ -83,7 +89,7 @@ func newMesh(t *testing.T, n int, cfg func(i int, c *Config)) []*testNode {
 
 func (n *testNode) start() {
 	n.t.Helper()
-	st, err := store.Open(n.dir, store.Options{})
+	st, err := store.Open(n.dir, store.Options{Metrics: n.storeMetrics})
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -161,6 +167,30 @@ func (n *testNode) crash() {
 	}
 	cancel()
 	<-done
+}
+
+// valueFiles is how many files the node's store wrote for large offers and
+// results, by how (kith_store_value_files_total): staged, commit, dropped.
+func (n *testNode) valueFiles() map[string]int {
+	n.t.Helper()
+	families, err := n.storeReg.Gather()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, f := range families {
+		if f.GetName() != "kith_store_value_files_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "how" {
+					out[l.GetValue()] = int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (n *testNode) engine() *Engine {

@@ -164,6 +164,58 @@ func waitAsync(ctx context.Context, t *testing.T, e *Engine, id protocol.Delegat
 	return got
 }
 
+// TestLargeFilesStaged: a large delegation's offer and result each go to
+// their store's file once on each side, written beside other work (the
+// provider's offer as the task runs, the requester's result as its proof is
+// checked, store/stage.go) and none inside a commit; whether the provider's
+// task ends before its record is written (one merged write) or after (a
+// slow task: the record first, the result later).
+func TestLargeFilesStaged(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		c.Profiles[0].MaxBudgetTokens = 1 << 20
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 1 << 20},
+			Executor: executor.HandlerFunc(block.handle)})
+		c.Conn.IOTimeout = 30 * time.Second
+	})
+	a, b := nodes[0], nodes[1]
+	text := wordsOf(1 << 20)
+	for _, tc := range []struct{ profile, out string }{{"echo", text}, {"slow", "done: " + text}} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		id, err := a.engine().Delegate(ctx, Request{Profile: tc.profile, Peer: b.id.PeerID(), Task: textTask(text), BudgetTokens: 1 << 20})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		if tc.profile == "slow" {
+			waitStarted(t, block)
+			// The offer's file was staged before the task started; the
+			// record comes openDelay later.
+			if got := b.valueFiles()["staged"]; got != 3 {
+				t.Errorf("provider: %d value files staged when the slow task started, want 3 (2 of the echo, its offer)", got)
+			}
+			labtest.WaitFor(t, 15*time.Second, "the provider stores the running task", func() bool {
+				_, err := b.st.GetDelegation(store.RoleProvider, id)
+				return err == nil
+			})
+			block.Release()
+		}
+		d, err := a.engine().Wait(ctx, id)
+		cancel()
+		if err != nil || d.State != protocol.StateCompleted || Output(d) != tc.out {
+			t.Fatalf("%s: %s (%s) %v, %d bytes of output", tc.profile, d.State, d.Reason, err, len(Output(d)))
+		}
+	}
+	a.stop() // a dropped file is counted when its removal is queued: stop waits for that
+	b.stop()
+	for _, n := range []*testNode{a, b} {
+		if got, want := n.valueFiles(), map[string]int{"staged": 4}; !reflect.DeepEqual(got, want) {
+			t.Errorf("value files written %v, want %v", got, want)
+		}
+	}
+}
+
 // TestLargeOfferHashChecked: an offer large enough to be hashed aside
 // (digestAsideMin) is still checked against the proof. A provider that
 // signs the hash of the offer it received completes; one that signs the

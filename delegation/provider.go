@@ -330,6 +330,10 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 		t.releaseLease()
 		return nil, nil
 	}
+	// A large offer's file is written while the task runs, not in the write
+	// that stores its record (store/stage.go); runTask drops it if that
+	// write never comes.
+	e.st.StageOffer(store.RoleProvider, key, raw)
 	// Nothing is acknowledged yet: the task starts at once, and its record
 	// is written (and the accept sent) when it ends or after openDelay,
 	// whichever comes first (see openTask).
@@ -579,6 +583,9 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		delete(e.running, t.id)
 		e.provMu.Unlock()
 		release()
+		if t.remote {
+			e.st.DropStaged(t.role, t.id) // its offer's file, if never stored
+		}
 		close(t.done)
 	}()
 	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.deadline, &stopCause{protocol.StateExpired, ReasonTimeout})
@@ -866,12 +873,14 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 		e.publishNew(role, id, 1, append(events, resultEv))
 		tail = events // the accept goes out first
 	} else {
+		e.st.StageResult(role, id, raw) // its file is written outside the commit queue (store/stage.go)
 		_, err = e.transitionAfter(role, id, tail, state, resultEv, func(d *store.Delegation) {
 			d.Result = raw
 			d.Reason = cmp.Or(why.local, reason)
 			d.Usage = store.Usage(usage)
 		})
 		if err != nil {
+			e.st.DropStaged(role, id)
 			if !errors.Is(err, store.ErrTerminal) {
 				e.log.Error("store result", "delegation", id, "err", err)
 			}

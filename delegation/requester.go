@@ -929,11 +929,17 @@ func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationR
 	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
 		state, keep = protocol.StateFailed, nil
 		reason = fmt.Sprintf("%s: result of %d bytes, at most %d for a budget of %d tokens", ReasonOutputViolation, n, limit, d.BudgetTokens)
-	} else if err := e.checkProof(d, m, transcript, moved, offerHash); err != nil {
-		state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
-	} else if m.Usage.Completion > d.BudgetTokens {
-		state = protocol.StateFailed
-		reason = fmt.Sprintf("%s: provider reported %d completion tokens, budget was %d", ReasonBudgetViolation, m.Usage.Completion, d.BudgetTokens)
+	} else {
+		// Its file is written while the proof is checked: the result is
+		// kept whatever the verdict (store/stage.go).
+		e.st.StageResult(store.RoleRequester, d.ID, raw)
+		defer e.st.DropStaged(store.RoleRequester, d.ID)
+		if err := e.checkProof(d, m, transcript, moved, offerHash); err != nil {
+			state, reason = protocol.StateFailed, ReasonProofInvalid+": "+err.Error()
+		} else if m.Usage.Completion > d.BudgetTokens {
+			state = protocol.StateFailed
+			reason = fmt.Sprintf("%s: provider reported %d completion tokens, budget was %d", ReasonBudgetViolation, m.Usage.Completion, d.BudgetTokens)
+		}
 	}
 	if !state.Terminal() {
 		state, reason = protocol.StateFailed, "provider sent a result with non-terminal state "+m.State.String()

@@ -76,13 +76,40 @@ type fileBlobs struct {
 	// does not take them, and every later file is written buffered.
 	buffered atomic.Bool
 
-	// directMu guards directBuf, the aligned buffer direct writes go
-	// through: allocated at the first, kept for the store's life (a fresh
-	// one per write cost more than the copy it serves). Writes are one at
-	// a time already: the store commits one batch at a time.
-	directMu  sync.Mutex
-	directBuf []byte
+	// directBufs holds the aligned buffers direct writes go through, at
+	// most maxDirectBufs: allocated as writes need them, kept for the
+	// store's life (a fresh one per write cost more than the copy it
+	// serves). Staged files (stage.go) are written side by side.
+	directBufs chan []byte
+	directMu   sync.Mutex
+	directMade int // guarded by directMu
+
+	staged stageSet
 }
+
+// maxDirectBufs is how many direct writes run at once; more wait for a
+// buffer.
+const maxDirectBufs = 2
+
+// directBuf takes an aligned buffer for a direct write; put it back with
+// putDirectBuf.
+func (fb *fileBlobs) directBuf() []byte {
+	select {
+	case b := <-fb.directBufs:
+		return b
+	default:
+	}
+	fb.directMu.Lock()
+	if fb.directMade < maxDirectBufs {
+		fb.directMade++
+		fb.directMu.Unlock()
+		return alignedBuffer(directChunk)
+	}
+	fb.directMu.Unlock()
+	return <-fb.directBufs
+}
+
+func (fb *fileBlobs) putDirectBuf(b []byte) { fb.directBufs <- b }
 
 // Direct writes go through a buffer aligned to directBlock, in pieces of
 // directChunk; the last piece is padded to a whole block and the file cut
@@ -202,12 +229,8 @@ func (fb *fileBlobs) writeDirect(path string, b []byte) (err error) {
 			err = fmt.Errorf("store: write a blob file: %w", cerr)
 		}
 	}()
-	fb.directMu.Lock()
-	defer fb.directMu.Unlock()
-	if fb.directBuf == nil {
-		fb.directBuf = alignedBuffer(directChunk)
-	}
-	buf := fb.directBuf
+	buf := fb.directBuf()
+	defer fb.putDirectBuf(buf)
 	for off := 0; off < len(b); {
 		n := copy(buf, b[off:])
 		whole := (n + directBlock - 1) &^ (directBlock - 1)
@@ -312,7 +335,7 @@ func (fb *fileBlobs) read(ref fileRef, what string) ([]byte, error) {
 // dir, and removes the files no blob key refers to (see the comment at the
 // top of this file).
 func (s *Store) openFileBlobs(dir string, sync bool) error {
-	fb := &fileBlobs{dir: filepath.Join(dir, blobDirName), sync: sync}
+	fb := &fileBlobs{dir: filepath.Join(dir, blobDirName), sync: sync, directBufs: make(chan []byte, maxDirectBufs)}
 	_, err := os.Stat(fb.dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.Mkdir(fb.dir, 0o700); err != nil {

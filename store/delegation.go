@@ -248,9 +248,14 @@ func (s *Store) putDelegation(txn *wtxn, d Delegation, old *Delegation) error {
 		case len(b.new) == 0:
 			err = txn.Delete(key)
 		case len(b.new) >= fileBlobMin && s.files != nil:
-			var ref fileRef
-			if ref, err = s.files.write(key, b.new); err == nil {
-				wroteFile = true
+			ref, ok := s.takeStaged(key, b.new) // stage.go: written and its name synced
+			if !ok {
+				ref, err = s.files.write(key, b.new)
+				if wroteFile = err == nil; wroteFile {
+					s.metrics.fileWritten("commit")
+				}
+			}
+			if err == nil {
 				err = txn.SetEntry(badger.NewEntry(key, ref.encode()).WithMeta(metaFileBlob))
 			}
 		default:
@@ -319,6 +324,10 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 			return err
 		}
 	}
+	// Its large values are written side by side, outside the commit queue
+	// (stage.go), unless they were staged already.
+	s.stageNew(blobKey(d.Role, d.ID, blobOffer), string(delegationKey(d.Role, d.ID)), d.Offer)
+	s.stageNew(blobKey(d.Role, d.ID, blobResult), string(delegationKey(d.Role, d.ID)), d.Result)
 	locks := []string{string(delegationKey(d.Role, d.ID))}
 	if d.ContextID != "" {
 		locks = append(locks, string(contextKey(d.ContextID)))
@@ -365,6 +374,9 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 		}
 		return nil
 	})
+	if err != nil {
+		s.DropStaged(d.Role, d.ID) // nothing stored: no file kept
+	}
 	if err == nil {
 		if len(committed) == 0 {
 			// A delegation created without events still shows up.

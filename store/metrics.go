@@ -7,9 +7,11 @@ import (
 )
 
 // Metrics are the store's Prometheus series: how long a durable write
-// (one badger transaction, retries included) takes.
+// (one badger transaction, retries included) takes, and how the files of
+// large offers and results were written (stage.go).
 type Metrics struct {
 	commit prometheus.Histogram
+	files  *prometheus.CounterVec
 }
 
 // NewMetrics returns the store's metrics registered on reg.
@@ -18,9 +20,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Namespace: "kith", Subsystem: "store", Name: "commit_seconds",
 		Help:    "Time a store write takes to commit (with sync unless store.durable is off).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-	})}
-	reg.MustRegister(m.commit)
+	}), files: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "kith", Subsystem: "store", Name: "value_files_total",
+		Help: "Files written for large offers and results, by how: staged (ahead of their commit, beside other work), " +
+			"commit (inside the commit), dropped (staged, then not stored).",
+	}, []string{"how"})}
+	reg.MustRegister(m.commit, m.files)
 	return m
+}
+
+// fileWritten counts a value file: how is staged, commit or dropped.
+func (m *Metrics) fileWritten(how string) {
+	if m != nil {
+		m.files.WithLabelValues(how).Inc()
+	}
 }
 
 func (m *Metrics) observeCommit(start time.Time) {

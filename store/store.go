@@ -230,6 +230,7 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	s.closeStaged()
 	var err error
 	if len(s.gcPins) > 0 {
 		err = syncBadger(s.db, s.commits.log.dir) // before the files of a collection go
@@ -287,6 +288,7 @@ func (s *Store) view(fn func(txn *wtxn) error) error {
 // badger conflict), so fn must derive everything it writes from what it
 // reads; when it fails, nothing it wrote is committed.
 func (s *Store) update(lockKeys []string, fn func(txn *wtxn) error) error {
+	s.files.awaitStaged(lockKeys) // stage.go: no batch waits on a file
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {

@@ -1,0 +1,224 @@
+package store
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// Staged files. A large offer or result (fileBlobMin bytes or more, on a
+// disk store) costs its file's write and sync: about a millisecond per MiB
+// on the machines kith was measured on, more where the page cache is slow
+// to take in fresh pages. Inside a commit that write holds up the commits
+// batched with it, and it starts only once everything before the commit is
+// done. A caller that knows a value it will store before it stores it
+// stages it (StageOffer, StageResult): its file is written, synced and its
+// directory synced at once, on a goroutine of its own, while the caller
+// goes on (the provider runs the task and signs its result; the requester
+// checks the result's proof). The write that then stores the same bytes for
+// the same delegation waits for the file before it enters the commit
+// queue, and commits a reference to it instead of writing the bytes again.
+// CreateDelegation stages the large values it is given itself, so that an
+// offer and a result it stores together are written side by side, outside
+// the commit queue.
+//
+// A staged file is like any other before its commit: a crash leaves it
+// unreferenced and the next Open removes it. A staged file no write takes
+// (the delegation was never stored, or stored other bytes) is removed by
+// DropStaged, by the write that stores other bytes, or at Close.
+type staged struct {
+	owner string // the delegation key: what update waits on
+	b     []byte
+	done  chan struct{}
+	ref   fileRef // once done, if err is nil
+	err   error
+}
+
+// stageSet is a disk store's staged files, by blob key.
+type stageSet struct {
+	mu sync.Mutex
+	m  map[string]*staged
+	wg sync.WaitGroup
+}
+
+// StageOffer starts writing the offer that the delegation (role, id) will be
+// stored with to its file: see staged. It does nothing on a store without
+// files or for a value kept in badger.
+func (s *Store) StageOffer(role Role, id protocol.DelegationID, b []byte) {
+	s.stage(blobKey(role, id, blobOffer), string(delegationKey(role, id)), b)
+}
+
+// StageResult is StageOffer for the delegation's result.
+func (s *Store) StageResult(role Role, id protocol.DelegationID, b []byte) {
+	s.stage(blobKey(role, id, blobResult), string(delegationKey(role, id)), b)
+}
+
+// DropStaged removes the files staged for the delegation (role, id) that no
+// write took. Nothing staged, or all taken: it does nothing.
+func (s *Store) DropStaged(role Role, id protocol.DelegationID) {
+	if s.files == nil {
+		return
+	}
+	owner := string(delegationKey(role, id))
+	var drop []*staged
+	st := &s.files.staged
+	st.mu.Lock()
+	for k, x := range st.m {
+		if x.owner == owner {
+			drop = append(drop, x)
+			delete(st.m, k)
+		}
+	}
+	st.mu.Unlock()
+	for _, x := range drop {
+		s.discard(x)
+	}
+}
+
+// stageNew stages b for key unless the same bytes are staged there.
+func (s *Store) stageNew(key []byte, owner string, b []byte) {
+	if s.files == nil || len(b) < fileBlobMin {
+		return
+	}
+	st := &s.files.staged
+	st.mu.Lock()
+	x := st.m[string(key)]
+	st.mu.Unlock()
+	if x != nil && sameBytes(x.b, b) {
+		return
+	}
+	s.stage(key, owner, b)
+}
+
+func (s *Store) stage(key []byte, owner string, b []byte) {
+	fb := s.files
+	if fb == nil || len(b) < fileBlobMin || len(b) > s.maxValue {
+		return
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return
+	}
+	x := &staged{owner: owner, b: b, done: make(chan struct{})}
+	st := &fb.staged
+	st.mu.Lock()
+	if st.m == nil {
+		st.m = map[string]*staged{}
+	}
+	old := st.m[string(key)]
+	st.m[string(key)] = x
+	st.wg.Add(1)
+	st.mu.Unlock()
+	if old != nil {
+		s.discard(old) // staged twice: the later bytes are the ones to store
+	}
+	s.metrics.fileWritten("staged")
+	go func() {
+		defer st.wg.Done()
+		defer close(x.done)
+		x.ref, x.err = fb.write(key, b)
+		if x.err == nil {
+			x.err = fb.syncDir()
+		}
+	}()
+}
+
+// awaitStaged waits for the writes staged for the delegations whose keys
+// are among keys (an update's lock keys) to end: before the update enters
+// the commit queue, so that the batch never waits on one.
+func (fb *fileBlobs) awaitStaged(keys []string) {
+	if fb == nil {
+		return
+	}
+	var wait []chan struct{}
+	st := &fb.staged
+	st.mu.Lock()
+	for _, x := range st.m {
+		for _, k := range keys {
+			if x.owner == k {
+				wait = append(wait, x.done)
+			}
+		}
+	}
+	st.mu.Unlock()
+	for _, ch := range wait {
+		<-ch
+	}
+}
+
+// takeStaged returns the reference to the file staged for key, if one was
+// written without error and holds b; the entry is gone either way, and a
+// file that does not hold b is removed. The caller has waited for the
+// write (awaitStaged); one still running is left to DropStaged or Close.
+func (s *Store) takeStaged(key, b []byte) (fileRef, bool) {
+	st := &s.files.staged
+	st.mu.Lock()
+	x := st.m[string(key)]
+	if x == nil {
+		st.mu.Unlock()
+		return fileRef{}, false
+	}
+	select {
+	case <-x.done:
+	default:
+		st.mu.Unlock()
+		return fileRef{}, false
+	}
+	delete(st.m, string(key))
+	st.mu.Unlock()
+	if x.err == nil && sameBytes(x.b, b) {
+		return x.ref, true
+	}
+	s.discard(x)
+	return fileRef{}, false
+}
+
+// sameBytes reports whether a and b hold the same bytes: at once when they
+// are the same slice, as they are when the engine stores what it staged.
+func sameBytes(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b) {
+		return true
+	}
+	return bytes.Equal(a, b)
+}
+
+// discard removes a staged file that nothing refers to, once its write has
+// ended. The file was never named by a commit, so no reader can be
+// reading it.
+func (s *Store) discard(x *staged) {
+	s.metrics.fileWritten("dropped")
+	fb := s.files
+	fb.staged.wg.Add(1)
+	go func() {
+		defer fb.staged.wg.Done()
+		<-x.done
+		if x.err == nil {
+			_ = os.Remove(filepath.Join(fb.dir, x.ref.name))
+		}
+	}()
+}
+
+// closeStaged waits for every staged write and removal, and removes the
+// files no write took. The store is closed: nothing stages any more.
+func (s *Store) closeStaged() {
+	if s.files == nil {
+		return
+	}
+	st := &s.files.staged
+	st.mu.Lock()
+	left := st.m
+	st.m = nil
+	st.mu.Unlock()
+	for _, x := range left {
+		s.discard(x)
+	}
+	st.wg.Wait()
+}

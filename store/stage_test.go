@@ -1,0 +1,172 @@
+package store
+
+import (
+	"bytes"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kithmesh/kith/protocol"
+)
+
+// fileCounts is how many value files m counted, by how they were written.
+func fileCounts(m *Metrics) [3]int {
+	var n [3]int
+	for i, how := range []string{"staged", "commit", "dropped"} {
+		var v dto.Metric
+		if err := m.files.WithLabelValues(how).Write(&v); err == nil {
+			n[i] = int(v.GetCounter().GetValue())
+		}
+	}
+	return n
+}
+
+func withMetrics() (Options, *Metrics) {
+	m := NewMetrics(prometheus.NewRegistry())
+	return Options{Metrics: m}, m
+}
+
+// TestStagedFileTaken: a value staged before its write is stored from the
+// staged file: one file per value, none written in the commit, the same
+// bytes back after a restart. A delegation created with large values stages
+// them itself, side by side; a result set in a transition after StageResult
+// takes its staged file too.
+func TestStagedFileTaken(t *testing.T) {
+	opts, m := withMetrics()
+	s, dir := openTest(t, opts)
+	id := protocol.NewDelegationID()
+	offer, result := pattern(1<<20, 1), pattern(300<<10, 2)
+
+	s.StageOffer(RoleProvider, id, offer)
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: offer}))
+	if got := blobFiles(t, dir); len(got) != 1 {
+		t.Fatalf("after the staged offer's create, blob files %q, want one", got)
+	}
+	if got := fileCounts(m); got != [3]int{1, 0, 0} {
+		t.Fatalf("files staged, in the commit, dropped = %v, want [1 0 0]", got)
+	}
+
+	s.StageResult(RoleProvider, id, slices.Clone(result)) // the same bytes, another slice
+	_, err := s.Transition(RoleProvider, id, protocol.StateCompleted, Event{Type: "result"}, func(d *Delegation) {
+		d.Result = result
+	})
+	mustNoErr(t, err)
+	if got := blobFiles(t, dir); len(got) != 2 {
+		t.Fatalf("after the staged result, blob files %q, want two", got)
+	}
+
+	id2 := protocol.NewDelegationID()
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id2, Role: RoleRequester, Offer: offer, Result: result}))
+	if got := fileCounts(m); got != [3]int{4, 0, 0} {
+		t.Fatalf("files staged, in the commit, dropped = %v, want [4 0 0]", got)
+	}
+
+	s = reopen(t, s, dir, Options{})
+	for _, k := range []struct {
+		role Role
+		id   protocol.DelegationID
+	}{{RoleProvider, id}, {RoleRequester, id2}} {
+		d, err := s.GetDelegation(k.role, k.id)
+		mustNoErr(t, err)
+		if !bytes.Equal(d.Offer, offer) || !bytes.Equal(d.Result, result) {
+			t.Fatalf("%v: read back %d and %d bytes, not what was staged", k.role, len(d.Offer), len(d.Result))
+		}
+	}
+	if got := blobFiles(t, dir); len(got) != 4 {
+		t.Fatalf("after the restart, blob files %q, want the four stored", got)
+	}
+}
+
+// TestStagedFileNotTaken: a staged file that its delegation does not store
+// (other bytes stored, dropped, never stored, the create refused, the
+// store closed) is removed and leaves the stored values whole.
+func TestStagedFileNotTaken(t *testing.T) {
+	opts, m := withMetrics()
+	s, dir := openTest(t, opts)
+	offer, other := pattern(1<<20, 1), pattern(1<<20, 9)
+
+	id := protocol.NewDelegationID()
+	s.StageOffer(RoleProvider, id, offer)
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: other}))
+
+	dropped := protocol.NewDelegationID()
+	s.StageOffer(RoleProvider, dropped, offer)
+	s.StageResult(RoleProvider, dropped, offer)
+	s.DropStaged(RoleProvider, dropped)
+
+	refused := protocol.NewDelegationID()
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: refused, Role: RoleRequester}))
+	err := s.CreateDelegation(Delegation{ID: refused, Role: RoleRequester, Offer: offer})
+	wantErr(t, err, ErrExists)
+
+	left := protocol.NewDelegationID()
+	s.StageResult(RoleRequester, left, offer)
+	s.StageOffer(RoleRequester, protocol.NewDelegationID(), pattern(100, 1)) // inline: nothing staged
+
+	mustNoErr(t, s.Close())                                       // waits for the removals
+	s.StageOffer(RoleProvider, protocol.NewDelegationID(), offer) // closed: nothing
+	if got := blobFiles(t, dir); len(got) != 1 {
+		t.Fatalf("blob files %q, want only the stored offer's", got)
+	}
+	// Staged: the unused offer, two dropped, the refused create's, the
+	// one left at close, and the stored one.
+	if got := fileCounts(m); got != [3]int{6, 0, 5} {
+		t.Fatalf("files staged, in the commit, dropped = %v, want [6 0 5]", got)
+	}
+	s = openAt(t, dir, Options{})
+	d, err := s.GetDelegation(RoleProvider, id)
+	mustNoErr(t, err)
+	if !bytes.Equal(d.Offer, other) {
+		t.Fatal("the stored offer is not the bytes stored, but the staged ones")
+	}
+	if _, err := s.GetDelegation(RoleProvider, dropped); err == nil {
+		t.Fatal("a dropped stage stored a delegation")
+	}
+}
+
+// TestStagedConcurrent: stages, drops, creates and transitions of many
+// delegations at once, on a store without sync (run with -race): every
+// delegation reads back what it stored, and no file is left but theirs.
+func TestStagedConcurrent(t *testing.T) {
+	s, dir := openTest(t, Options{NoSync: true})
+	const n = 16
+	var wg sync.WaitGroup
+	ids := make([]protocol.DelegationID, n)
+	for i := range n {
+		ids[i] = protocol.NewDelegationID()
+		wg.Go(func() {
+			offer, result := pattern(300<<10, byte(i)), pattern(300<<10, byte(i+100))
+			s.StageOffer(RoleProvider, ids[i], offer)
+			if i%4 == 0 {
+				s.DropStaged(RoleProvider, ids[i])
+			}
+			if err := s.CreateDelegation(Delegation{ID: ids[i], Role: RoleProvider, Offer: offer}); err != nil {
+				t.Error(err)
+				return
+			}
+			s.StageResult(RoleProvider, ids[i], result)
+			_, err := s.Transition(RoleProvider, ids[i], protocol.StateCompleted, Event{Type: "result"}, func(d *Delegation) {
+				d.Result = result
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			s.DropStaged(RoleProvider, ids[i])
+		})
+	}
+	wg.Wait()
+	s = reopen(t, s, dir, Options{NoSync: true})
+	for i, id := range ids {
+		d, err := s.GetDelegation(RoleProvider, id)
+		mustNoErr(t, err)
+		if !bytes.Equal(d.Offer, pattern(300<<10, byte(i))) || !bytes.Equal(d.Result, pattern(300<<10, byte(i+100))) {
+			t.Fatalf("delegation %d read back wrong", i)
+		}
+	}
+	if got := blobFiles(t, dir); len(got) != 2*n {
+		t.Fatalf("%d blob files, want %d", len(got), 2*n)
+	}
+}
