@@ -14,7 +14,8 @@
 // appear in exported signatures. On disk, offers and results of 256 KiB or
 // more are kept in files of their own under blobs/, beside badger's
 // files, each written and synced before the commit that refers to it
-// (blobfile.go). Records are JSON documents of unexported
+// (blobfile.go), outside the commit queue and, where the caller stages
+// it, beside the caller's other work (stage.go). Records are JSON documents of unexported
 // structs with explicit field tags (see codec.go), under keys with fixed
 // prefixes (see keys.go), so the on-disk format is stable and inspectable.
 //
