@@ -46,11 +46,13 @@ import (
 // buffer: on the machine where this was measured a 16 MiB value took 12 ms
 // written and synced that way, against 58–67 ms through the page cache,
 // which had to take in 4,096 pages it had not held before. Smaller values
-// go through the page cache, which was as fast or faster for them in one
-// benchmark or another (1 MiB delegations took 10–20% longer with direct
-// writes, 4 MiB ones 20% longer in TestLargePayloadProofs and up to 30%
-// shorter in kith bench; from 8 MiB, direct writes won in both: 8 MiB
-// delegations in about half the time). A file system that
+// go through the page cache, which was as fast or faster for them: 1 MiB
+// delegations took 10–40% longer with direct writes in
+// TestLargePayloadProofs, and as long in kith bench. Since the files are
+// staged (stage.go), direct writes won from 2 MiB: in kith bench, 2 MiB
+// delegations took 20–25 ms against 25–27 ms through the page cache, 4 MiB
+// ones 33–39 ms against 55–57 ms, three runs each; in
+// TestLargePayloadProofs 4 MiB ones took about 10% less. A file system that
 // refuses direct I/O gets buffered writes from then on. A read goes
 // through the page cache.
 //
@@ -115,7 +117,7 @@ func (fb *fileBlobs) putDirectBuf(b []byte) { fb.directBufs <- b }
 // directChunk; the last piece is padded to a whole block and the file cut
 // back to the value's size.
 const (
-	directMin   = 8 << 20
+	directMin   = 2 << 20
 	directBlock = 4096
 	directChunk = 4 << 20
 )
