@@ -40,8 +40,11 @@ type staged struct {
 
 // stageSet is a disk store's staged files, by blob key.
 type stageSet struct {
-	mu sync.Mutex
-	m  map[string]*staged
+	mu     sync.Mutex
+	m      map[string]*staged
+	closed bool // closeStaged has run: nothing more is staged or waited for
+	// wg counts the writes and removals under way; Add only with mu held
+	// and closed unset, so that closeStaged's Wait sees every one.
 	wg sync.WaitGroup
 }
 
@@ -107,6 +110,10 @@ func (s *Store) stage(key []byte, owner string, b []byte) {
 	x := &staged{owner: owner, b: b, done: make(chan struct{})}
 	st := &fb.staged
 	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return
+	}
 	if st.m == nil {
 		st.m = map[string]*staged{}
 	}
@@ -196,13 +203,26 @@ func sameBytes(a, b []byte) bool {
 func (s *Store) discard(x *staged) {
 	s.metrics.fileWritten("dropped")
 	fb := s.files
-	fb.staged.wg.Add(1)
-	go func() {
-		defer fb.staged.wg.Done()
+	remove := func() {
 		<-x.done
 		if x.err == nil {
 			_ = os.Remove(filepath.Join(fb.dir, x.ref.name))
 		}
+	}
+	st := &fb.staged
+	st.mu.Lock()
+	if st.closed {
+		// Close has waited already: remove it here (an entry DropStaged
+		// took out just before Close).
+		st.mu.Unlock()
+		remove()
+		return
+	}
+	st.wg.Add(1)
+	st.mu.Unlock()
+	go func() {
+		defer st.wg.Done()
+		remove()
 	}()
 }
 
@@ -220,5 +240,8 @@ func (s *Store) closeStaged() {
 	for _, x := range left {
 		s.discard(x)
 	}
+	st.mu.Lock()
+	st.closed = true
+	st.mu.Unlock()
 	st.wg.Wait()
 }

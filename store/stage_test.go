@@ -170,3 +170,26 @@ func TestStagedConcurrent(t *testing.T) {
 		t.Fatalf("%d blob files, want %d", len(got), 2*n)
 	}
 }
+
+// TestStagedDropDuringClose: DropStaged racing Close (an engine's task
+// ending as its node shuts down) removes every staged file, and neither
+// waits forever nor misuses Close's wait (run with -race).
+func TestStagedDropDuringClose(t *testing.T) {
+	for range 20 {
+		s, dir := openTest(t, Options{NoSync: true})
+		ids := make([]protocol.DelegationID, 8)
+		for i := range ids {
+			ids[i] = protocol.NewDelegationID()
+			s.StageOffer(RoleProvider, ids[i], pattern(300<<10, byte(i)))
+		}
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Go(func() { s.DropStaged(RoleProvider, id) })
+		}
+		mustNoErr(t, s.Close())
+		wg.Wait()
+		if got := blobFiles(t, dir); len(got) != 0 {
+			t.Fatalf("after drops and close, blob files %q, want none", got)
+		}
+	}
+}
