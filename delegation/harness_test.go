@@ -36,8 +36,7 @@ type testNode struct {
 	cancel context.CancelFunc
 	done   chan error
 	cfg    func(*Config)
-	// storeReg holds the metrics of the node's store, across restarts.
-	storeReg     *prometheus.Registry
+	// storeMetrics are the node's store's, across restarts.
 	storeMetrics *store.Metrics
 
 	traceMu sync.Mutex
@@ -67,9 +66,8 @@ func newMesh(t *testing.T, n int, cfg func(i int, c *Config)) []*testNode {
 			t.Fatal(err)
 		}
 		i := i
-		reg := prometheus.NewRegistry()
 		nodes[i] = &testNode{t: t, id: id, host: h, mn: mn, dir: filepath.Join(t.TempDir(), "store"),
-			storeReg: reg, storeMetrics: store.NewMetrics(reg)}
+			storeMetrics: store.NewMetrics(prometheus.NewRegistry())}
 		if cfg != nil {
 			nodes[i].cfg = func(c *Config) { cfg(i, c) }
 		}
@@ -167,30 +165,6 @@ func (n *testNode) crash() {
 	}
 	cancel()
 	<-done
-}
-
-// valueFiles is how many files the node's store wrote for large offers and
-// results, by how (kith_store_value_files_total): staged, commit, dropped.
-func (n *testNode) valueFiles() map[string]int {
-	n.t.Helper()
-	families, err := n.storeReg.Gather()
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, f := range families {
-		if f.GetName() != "kith_store_value_files_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "how" {
-					out[l.GetValue()] = int(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	return out
 }
 
 func (n *testNode) engine() *Engine {

@@ -192,7 +192,7 @@ func TestLargeFilesStaged(t *testing.T) {
 			waitStarted(t, block)
 			// The offer's file was staged before the task started; the
 			// record comes openDelay later.
-			if got := b.valueFiles()["staged"]; got != 3 {
+			if got := b.storeMetrics.ValueFiles()["staged"]; got != 3 {
 				t.Errorf("provider: %d value files staged when the slow task started, want 3 (2 of the echo, its offer)", got)
 			}
 			labtest.WaitFor(t, 15*time.Second, "the provider stores the running task", func() bool {
@@ -210,7 +210,7 @@ func TestLargeFilesStaged(t *testing.T) {
 	a.stop() // a dropped file is counted when its removal is queued: stop waits for that
 	b.stop()
 	for _, n := range []*testNode{a, b} {
-		if got, want := n.valueFiles(), map[string]int{"staged": 4}; !reflect.DeepEqual(got, want) {
+		if got, want := n.storeMetrics.ValueFiles(), map[string]int{"staged": 4}; !reflect.DeepEqual(got, want) {
 			t.Errorf("value files written %v, want %v", got, want)
 		}
 	}

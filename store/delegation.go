@@ -326,8 +326,8 @@ func (s *Store) CreateDelegation(d Delegation, events ...Event) error {
 	}
 	// Its large values are written side by side, outside the commit queue
 	// (stage.go), unless they were staged already.
-	s.stageNew(blobKey(d.Role, d.ID, blobOffer), string(delegationKey(d.Role, d.ID)), d.Offer)
-	s.stageNew(blobKey(d.Role, d.ID, blobResult), string(delegationKey(d.Role, d.ID)), d.Result)
+	s.stage(blobKey(d.Role, d.ID, blobOffer), string(delegationKey(d.Role, d.ID)), d.Offer)
+	s.stage(blobKey(d.Role, d.ID, blobResult), string(delegationKey(d.Role, d.ID)), d.Result)
 	locks := []string{string(delegationKey(d.Role, d.ID))}
 	if d.ContextID != "" {
 		locks = append(locks, string(contextKey(d.ContextID)))

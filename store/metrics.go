@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the store's Prometheus series: how long a durable write
@@ -27,6 +28,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"how"})}
 	reg.MustRegister(m.commit, m.files)
 	return m
+}
+
+// ValueFiles reads kith_store_value_files_total back, by how (staged,
+// commit, dropped); a nil Metrics reads nothing.
+func (m *Metrics) ValueFiles() map[string]int {
+	out := map[string]int{}
+	if m == nil {
+		return out
+	}
+	ch := make(chan prometheus.Metric)
+	go func() { m.files.Collect(ch); close(ch) }()
+	for c := range ch {
+		var d dto.Metric
+		if c.Write(&d) == nil && len(d.GetLabel()) == 1 {
+			out[d.GetLabel()[0].GetValue()] = int(d.GetCounter().GetValue())
+		}
+	}
+	return out
 }
 
 // fileWritten counts a value file: how is staged, commit or dropped.

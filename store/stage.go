@@ -82,21 +82,8 @@ func (s *Store) DropStaged(role Role, id protocol.DelegationID) {
 	}
 }
 
-// stageNew stages b for key unless the same bytes are staged there.
-func (s *Store) stageNew(key []byte, owner string, b []byte) {
-	if s.files == nil || len(b) < fileBlobMin {
-		return
-	}
-	st := &s.files.staged
-	st.mu.Lock()
-	x := st.m[string(key)]
-	st.mu.Unlock()
-	if x != nil && sameBytes(x.b, b) {
-		return
-	}
-	s.stage(key, owner, b)
-}
-
+// stage starts writing b to key's file, unless b (the same slice) is
+// staged there already; other bytes staged there are dropped.
 func (s *Store) stage(key []byte, owner string, b []byte) {
 	fb := s.files
 	if fb == nil || len(b) < fileBlobMin || len(b) > s.maxValue {
@@ -118,11 +105,15 @@ func (s *Store) stage(key []byte, owner string, b []byte) {
 		st.m = map[string]*staged{}
 	}
 	old := st.m[string(key)]
+	if old != nil && sameSlice(old.b, b) {
+		st.mu.Unlock()
+		return
+	}
 	st.m[string(key)] = x
 	st.wg.Add(1)
 	st.mu.Unlock()
 	if old != nil {
-		s.discard(old) // staged twice: the later bytes are the ones to store
+		s.discard(old) // other bytes: the later ones are the ones to store
 	}
 	s.metrics.fileWritten("staged")
 	go func() {
@@ -188,13 +179,11 @@ func (s *Store) takeStaged(key, b []byte) (fileRef, bool) {
 // sameBytes reports whether a and b hold the same bytes: at once when they
 // are the same slice, as they are when the engine stores what it staged.
 func sameBytes(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	if len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b) {
-		return true
-	}
-	return bytes.Equal(a, b)
+	return sameSlice(a, b) || bytes.Equal(a, b)
+}
+
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
 }
 
 // discard removes a staged file that nothing refers to, once its write has

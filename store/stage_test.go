@@ -2,27 +2,15 @@ package store
 
 import (
 	"bytes"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kithmesh/kith/protocol"
 )
-
-// fileCounts is how many value files m counted, by how they were written.
-func fileCounts(m *Metrics) [3]int {
-	var n [3]int
-	for i, how := range []string{"staged", "commit", "dropped"} {
-		var v dto.Metric
-		if err := m.files.WithLabelValues(how).Write(&v); err == nil {
-			n[i] = int(v.GetCounter().GetValue())
-		}
-	}
-	return n
-}
 
 func withMetrics() (Options, *Metrics) {
 	m := NewMetrics(prometheus.NewRegistry())
@@ -45,8 +33,8 @@ func TestStagedFileTaken(t *testing.T) {
 	if got := blobFiles(t, dir); len(got) != 1 {
 		t.Fatalf("after the staged offer's create, blob files %q, want one", got)
 	}
-	if got := fileCounts(m); got != [3]int{1, 0, 0} {
-		t.Fatalf("files staged, in the commit, dropped = %v, want [1 0 0]", got)
+	if got, want := m.ValueFiles(), map[string]int{"staged": 1}; !maps.Equal(got, want) {
+		t.Fatalf("value files %v, want %v", got, want)
 	}
 
 	s.StageResult(RoleProvider, id, slices.Clone(result)) // the same bytes, another slice
@@ -60,8 +48,8 @@ func TestStagedFileTaken(t *testing.T) {
 
 	id2 := protocol.NewDelegationID()
 	mustNoErr(t, s.CreateDelegation(Delegation{ID: id2, Role: RoleRequester, Offer: offer, Result: result}))
-	if got := fileCounts(m); got != [3]int{4, 0, 0} {
-		t.Fatalf("files staged, in the commit, dropped = %v, want [4 0 0]", got)
+	if got, want := m.ValueFiles(), map[string]int{"staged": 4}; !maps.Equal(got, want) {
+		t.Fatalf("value files %v, want %v", got, want)
 	}
 
 	s = reopen(t, s, dir, Options{})
@@ -113,8 +101,8 @@ func TestStagedFileNotTaken(t *testing.T) {
 	}
 	// Staged: the unused offer, two dropped, the refused create's, the
 	// one left at close, and the stored one.
-	if got := fileCounts(m); got != [3]int{6, 0, 5} {
-		t.Fatalf("files staged, in the commit, dropped = %v, want [6 0 5]", got)
+	if got, want := m.ValueFiles(), map[string]int{"staged": 6, "dropped": 5}; !maps.Equal(got, want) {
+		t.Fatalf("value files %v, want %v", got, want)
 	}
 	s = openAt(t, dir, Options{})
 	d, err := s.GetDelegation(RoleProvider, id)
