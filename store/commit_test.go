@@ -1,10 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kithmesh/kith/protocol"
 )
@@ -86,4 +89,71 @@ func TestGroupCommitOrdersWritersOfOneRecord(t *testing.T) {
 			t.Fatalf("event %d has seq %d", i, ev.Seq)
 		}
 	}
+}
+
+// TestCommitVisibleOnReturn: a durable write returns once its record is
+// durable, before badger has applied it, and yet every read that starts
+// after it returns sees it (badger starts a transaction only once the
+// commits before it are applied).
+func TestCommitVisibleOnReturn(t *testing.T) {
+	s, _ := openTest(t, Options{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			key := fmt.Sprintf("k%d", w)
+			for i := range 100 {
+				v := []byte(fmt.Sprint(i))
+				if err := s.PutMeta(key, v); err != nil {
+					t.Error(err)
+					return
+				}
+				if got, err := s.GetMeta(key); err != nil || !bytes.Equal(got, v) {
+					t.Errorf("%s read right after writing %q: %q, %v", key, v, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestCommitApplyFailsAfterLog: a batch whose record is durable in the log
+// but which badger then fails to apply was acknowledged. Its writer hears
+// success without waiting for the apply, every later write is refused with
+// the reason, and the next open replays the batch from the log.
+func TestCommitApplyFailsAfterLog(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	mustNoErr(t, s.Close())
+	lost, _ := crash(t, dir, func(s *Store) {
+		log := s.commits.log
+		release := make(chan struct{})
+		log.applyFault = func() error {
+			<-release
+			return errors.New("disk gone")
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.PutMeta("acknowledged", []byte("a")) }()
+		select {
+		case err := <-done:
+			mustNoErr(t, err)
+		case <-time.After(10 * time.Second):
+			close(release)
+			t.Fatal("the write waited for badger to apply it")
+		}
+		close(release)
+		log.applying.Wait()
+		log.applyFault = nil
+		err := s.PutMeta("refused", []byte("b"))
+		if err == nil || !strings.Contains(err.Error(), "restart the node") {
+			t.Fatalf("write after a failed apply: %v, want the log's refusal", err)
+		}
+	})
+	r := openAt(t, lost, Options{})
+	if got, ok := getMetaOK(t, r, "acknowledged"); !ok || string(got) != "a" {
+		t.Errorf("acknowledged write after reopening: %q (found %v), want %q", got, ok, "a")
+	}
+	if _, ok := getMetaOK(t, r, "refused"); ok {
+		t.Error("a refused write is in the store")
+	}
+	mustNoErr(t, r.PutMeta("later", []byte("c"))) // the reopened store takes writes
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/dgraph-io/badger/v4"
@@ -18,7 +19,8 @@ import (
 // each commit durable with one synced write to a log of its own, ahead of
 // badger: the writes of a batch (commit.go) are encoded into one record,
 // the record is written and synced, and only then is the batch committed to
-// badger. Badger's own commit synced two files (its value log, even when
+// badger (whose apply the batch's writers do not wait for: wtxn.commit).
+// Badger's own commit synced two files (its value log, even when
 // nothing was written there, and its memtable WAL, a sparse file whose
 // every new page also cost a journal commit): two or three device flushes
 // per commit where one suffices. The log is one file, commit.log beside
@@ -95,7 +97,20 @@ type commitLog struct {
 
 	buf          []byte // aligned write buffer
 	checkpointAt int64  // logCheckpointAt; tests make it smaller
-	broken       error  // set when an abort could not be logged: no write may follow
+
+	// applying counts the batches whose records are durable and whose
+	// badger commits are still being applied (wtxn.commit): a checkpoint
+	// and Close wait for them.
+	applying sync.WaitGroup
+	// applyFault, when set (tests only), is the error the next applies
+	// report in place of badger's.
+	applyFault func() error
+
+	brokenMu sync.Mutex
+	// broken is set when no write may follow: an abort could not be
+	// logged, or badger did not take a batch whose record is durable.
+	// Replay at the next open settles both.
+	broken error
 }
 
 // openCommitLog opens the log in dir, creating it if missing, and returns it
@@ -356,8 +371,8 @@ func decodeLogBatch(body []byte) ([]logOp, error) {
 // (kindBatch or kindAbort first), and returns once it is durable, with its
 // sequence number.
 func (l *commitLog) write(parts ...[]byte) (uint64, error) {
-	if l.broken != nil {
-		return 0, l.broken
+	if err := l.isBroken(); err != nil {
+		return 0, err
 	}
 	size := 0
 	for _, p := range parts {
@@ -413,10 +428,27 @@ func (l *commitLog) write(parts ...[]byte) (uint64, error) {
 func (l *commitLog) abort(seq uint64) error {
 	body := binary.AppendUvarint([]byte{kindAbort}, seq)
 	if _, err := l.write(body); err != nil {
-		l.broken = fmt.Errorf("store: commit log: the record of a failed commit could not be cancelled, restart the node: %w", err)
-		return l.broken
+		return l.breakOff(fmt.Errorf("store: commit log: the record of a failed commit could not be cancelled, restart the node: %w", err))
 	}
 	return nil
+}
+
+// breakOff refuses every later write with err (or with the error that
+// broke the log first), and returns that error.
+func (l *commitLog) breakOff(err error) error {
+	l.brokenMu.Lock()
+	defer l.brokenMu.Unlock()
+	if l.broken == nil {
+		l.broken = err
+	}
+	return l.broken
+}
+
+// isBroken returns why the log refuses writes, or nil.
+func (l *commitLog) isBroken() error {
+	l.brokenMu.Lock()
+	defer l.brokenMu.Unlock()
+	return l.broken
 }
 
 // empty says whether the log holds no record since it last started over.
@@ -428,8 +460,11 @@ func (l *commitLog) full() bool { return l.off >= l.checkpointAt }
 // checkpoint makes everything badger holds durable and starts the log
 // over. It runs while no batch commits: at open, or in a batch's leader.
 func (l *commitLog) checkpoint(db *badger.DB) error {
-	if l.broken != nil {
-		return l.broken
+	// Badger must hold every batch the log holds before it is synced and
+	// the log starts over.
+	l.applying.Wait()
+	if err := l.isBroken(); err != nil {
+		return err
 	}
 	if err := syncBadger(db, l.dir); err != nil {
 		return err

@@ -25,7 +25,10 @@
 // without SyncWrites; the store writes each commit's writes to a log of its
 // own first, one record per commit, synced with one write of whole blocks
 // to a file whose blocks were all written before (commitlog.go), and only
-// then commits them to badger. Opening the store applies the log's records
+// then commits them to badger. A write returns once its record is durable
+// and badger has given it a commit timestamp; badger applies it after, and
+// every transaction that starts later, read or write, waits for that (see
+// wtxn.commit). Opening the store applies the log's records
 // to badger again, so nothing badger had not yet synced when the machine
 // went down is lost; a checkpoint (at open, and each time the log passes
 // 4 MiB) syncs badger's files and starts the log over. Badger's own

@@ -231,6 +231,9 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.closeStaged()
+	if s.commits.log != nil {
+		s.commits.log.applying.Wait() // badger takes every batch before it closes
+	}
 	var err error
 	if len(s.gcPins) > 0 {
 		err = syncBadger(s.db, s.commits.log.dir) // before the files of a collection go
