@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/kithmesh/kith/crypto"
+	"github.com/kithmesh/kith/internal/promread"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -162,7 +163,7 @@ func (e *requesterHalf) countRejection(err error) {
 // CapabilityRejections counts the capability assertions (query answers and
 // adverts) this node refused, by reason.
 func (e *requesterHalf) CapabilityRejections() map[string]uint64 {
-	return counterValues(e.m.capRejects)
+	return promread.Counters(e.m.capRejects, "reason")
 }
 
 // KnownCapabilities returns the freshest verified, unexpired assertion

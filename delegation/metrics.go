@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/protocol"
@@ -154,18 +153,4 @@ func inboundFailure(err error) string {
 		return "malformed"
 	}
 	return "io"
-}
-
-// counterValues reads a one-label counter vector back by label value.
-func counterValues(v *prometheus.CounterVec) map[string]uint64 {
-	ch := make(chan prometheus.Metric)
-	go func() { v.Collect(ch); close(ch) }()
-	out := map[string]uint64{}
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) == nil && len(d.GetLabel()) == 1 {
-			out[d.GetLabel()[0].GetValue()] = uint64(d.GetCounter().GetValue())
-		}
-	}
-	return out
 }

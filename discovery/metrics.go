@@ -7,7 +7,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kithmesh/kith/internal/promread"
 )
 
 // Counters counts what the sources heard: hints by source
@@ -69,35 +70,8 @@ func (c *Counters) Get(key string) uint64 { return c.Snapshot()[key] }
 // Snapshot returns every drop counter by "source/reason".
 func (c *Counters) Snapshot() map[string]uint64 {
 	c.init()
-	return readVec(c.dropped, "source", "reason")
+	return promread.Counters(c.dropped, "source", "reason")
 }
 
 // Keys returns the drop counter keys in order.
 func (c *Counters) Keys() []string { return slices.Sorted(maps.Keys(c.Snapshot())) }
-
-// readVec reads a counter vector back as a map keyed by the values of
-// labels, in that order, joined with "/".
-func readVec(v *prometheus.CounterVec, labels ...string) map[string]uint64 {
-	ch := make(chan prometheus.Metric)
-	go func() { v.Collect(ch); close(ch) }()
-	out := map[string]uint64{}
-	for m := range ch {
-		var d dto.Metric
-		if m.Write(&d) != nil {
-			continue
-		}
-		vals := map[string]string{}
-		for _, l := range d.GetLabel() {
-			vals[l.GetName()] = l.GetValue()
-		}
-		var key string
-		for i, name := range labels {
-			if i > 0 {
-				key += "/"
-			}
-			key += vals[name]
-		}
-		out[key] = uint64(d.GetCounter().GetValue())
-	}
-	return out
-}

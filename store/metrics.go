@@ -4,7 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kithmesh/kith/internal/promread"
 )
 
 // Metrics are the store's Prometheus series: how long a durable write
@@ -37,13 +38,8 @@ func (m *Metrics) ValueFiles() map[string]int {
 	if m == nil {
 		return out
 	}
-	ch := make(chan prometheus.Metric)
-	go func() { m.files.Collect(ch); close(ch) }()
-	for c := range ch {
-		var d dto.Metric
-		if c.Write(&d) == nil && len(d.GetLabel()) == 1 {
-			out[d.GetLabel()[0].GetValue()] = int(d.GetCounter().GetValue())
-		}
+	for how, n := range promread.Counters(m.files, "how") {
+		out[how] = int(n)
 	}
 	return out
 }
