@@ -210,7 +210,7 @@ func TestLargeFilesStaged(t *testing.T) {
 	a.stop() // a dropped file is counted when its removal is queued: stop waits for that
 	b.stop()
 	for _, n := range []*testNode{a, b} {
-		if got, want := n.storeMetrics.ValueFiles(), map[string]int{"staged": 4}; !reflect.DeepEqual(got, want) {
+		if got, want := n.storeMetrics.ValueFiles(), map[string]uint64{"staged": 4}; !reflect.DeepEqual(got, want) {
 			t.Errorf("value files written %v, want %v", got, want)
 		}
 	}

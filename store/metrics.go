@@ -33,15 +33,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // ValueFiles reads kith_store_value_files_total back, by how (staged,
 // commit, dropped); a nil Metrics reads nothing.
-func (m *Metrics) ValueFiles() map[string]int {
-	out := map[string]int{}
+func (m *Metrics) ValueFiles() map[string]uint64 {
 	if m == nil {
-		return out
+		return map[string]uint64{}
 	}
-	for how, n := range promread.Counters(m.files, "how") {
-		out[how] = int(n)
-	}
-	return out
+	return promread.Counters(m.files, "how")
 }
 
 // fileWritten counts a value file: how is staged, commit or dropped.

@@ -33,7 +33,7 @@ func TestStagedFileTaken(t *testing.T) {
 	if got := blobFiles(t, dir); len(got) != 1 {
 		t.Fatalf("after the staged offer's create, blob files %q, want one", got)
 	}
-	if got, want := m.ValueFiles(), map[string]int{"staged": 1}; !maps.Equal(got, want) {
+	if got, want := m.ValueFiles(), map[string]uint64{"staged": 1}; !maps.Equal(got, want) {
 		t.Fatalf("value files %v, want %v", got, want)
 	}
 
@@ -48,7 +48,7 @@ func TestStagedFileTaken(t *testing.T) {
 
 	id2 := protocol.NewDelegationID()
 	mustNoErr(t, s.CreateDelegation(Delegation{ID: id2, Role: RoleRequester, Offer: offer, Result: result}))
-	if got, want := m.ValueFiles(), map[string]int{"staged": 4}; !maps.Equal(got, want) {
+	if got, want := m.ValueFiles(), map[string]uint64{"staged": 4}; !maps.Equal(got, want) {
 		t.Fatalf("value files %v, want %v", got, want)
 	}
 
@@ -101,7 +101,7 @@ func TestStagedFileNotTaken(t *testing.T) {
 	}
 	// Staged: the unused offer, two dropped, the refused create's, the
 	// one left at close, and the stored one.
-	if got, want := m.ValueFiles(), map[string]int{"staged": 6, "dropped": 5}; !maps.Equal(got, want) {
+	if got, want := m.ValueFiles(), map[string]uint64{"staged": 6, "dropped": 5}; !maps.Equal(got, want) {
 		t.Fatalf("value files %v, want %v", got, want)
 	}
 	s = openAt(t, dir, Options{})
