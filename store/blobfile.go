@@ -280,6 +280,39 @@ func (fb *fileBlobs) writeBuffered(path string, b []byte) (err error) {
 	return nil
 }
 
+// FileWriter writes files the way a durable store writes the values it
+// keeps in files of their own: in one write through the page cache, or
+// past it with O_DIRECT through an aligned buffer it reuses, then synced.
+// kith bench times both as the disk's floor for making a large payload
+// durable; the store picks one by size (directMin). Not safe for
+// concurrent use.
+type FileWriter struct {
+	fb fileBlobs
+}
+
+// NewFileWriter returns a FileWriter; its aligned buffer is allocated by
+// the first direct write and kept.
+func NewFileWriter() *FileWriter {
+	return &FileWriter{fb: fileBlobs{sync: true, directBufs: make(chan []byte, maxDirectBufs)}}
+}
+
+// WriteSynced writes b to a new file at path and syncs it: with O_DIRECT
+// when direct is set, errors.ErrUnsupported where the platform or the
+// file system does not take it (nothing is left behind then).
+func (w *FileWriter) WriteSynced(path string, b []byte, direct bool) error {
+	if !direct {
+		return w.fb.writeBuffered(path, b)
+	}
+	if oDirect == 0 {
+		return errors.ErrUnsupported
+	}
+	err := w.fb.writeDirect(path, b)
+	if errors.Is(err, errNoDirect) {
+		return errors.ErrUnsupported
+	}
+	return err
+}
+
 // syncDir makes the names of the files written so far durable; a syncing
 // store calls it after writing files and before the commit that refers to
 // them.

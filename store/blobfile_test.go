@@ -3,6 +3,8 @@ package store
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -303,5 +305,36 @@ func TestBlobFileWritePaths(t *testing.T) {
 		if !buffered && s.files.buffered.Load() {
 			t.Logf("the file system of %s refused direct I/O: both rounds wrote through the page cache", dir)
 		}
+	}
+}
+
+// TestFileWriter: the writer kith bench times writes exactly the bytes it
+// is given, through the page cache and past it (where the file system
+// takes direct I/O), in files of their exact size.
+func TestFileWriter(t *testing.T) {
+	dir := t.TempDir()
+	w := NewFileWriter()
+	for i, n := range []int{1, directBlock + 5, directChunk + directBlock + 5} {
+		v := pattern(n, byte(i))
+		for _, direct := range []bool{false, true} {
+			path := filepath.Join(dir, fmt.Sprintf("%d-%v", n, direct))
+			err := w.WriteSynced(path, v, direct)
+			if direct && errors.Is(err, errors.ErrUnsupported) {
+				t.Logf("the file system of %s refused direct I/O", dir)
+				if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("a refused direct write left %s behind: %v", path, err)
+				}
+				continue
+			}
+			mustNoErr(t, err)
+			got, err := os.ReadFile(path)
+			mustNoErr(t, err)
+			if !bytes.Equal(got, v) {
+				t.Errorf("%d bytes, direct %v: read back %d bytes, not what was written", n, direct, len(got))
+			}
+		}
+	}
+	if err := w.WriteSynced(filepath.Join(dir, "1-false"), []byte("x"), false); err == nil {
+		t.Error("a write over an existing file succeeded; it must create a new one")
 	}
 }

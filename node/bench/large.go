@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/store"
 )
 
 // Large is one large-payload comparison: the same bytes copied over a
@@ -24,11 +25,16 @@ type Large struct {
 	BareCopy Latency `json:"bare_copy"`
 	// SyncedWrites is the second baseline, for the durable store: write
 	// the payloads a durable delegation stores (durableWrites of them) to
-	// new files in the stores' directory, syncing each.
+	// new files in the stores' directory, through the page cache, syncing
+	// each.
 	SyncedWrites Latency `json:"synced_writes"`
+	// SyncedWritesDirect is SyncedWrites past the page cache (O_DIRECT),
+	// the other way a durable store writes a value file; no samples where
+	// the platform or the file system does not take direct I/O.
+	SyncedWritesDirect Latency `json:"synced_writes_direct"`
 	// DurableFloor is the least a durable delegation of this size could
 	// take on these hosts and this disk: BareCopy's p50 plus the share of
-	// SyncedWrites' p50 that lies on its critical path
+	// the faster synced writes' p50 that lies on its critical path
 	// (durableFloorWrites of durableWrites).
 	DurableFloor time.Duration `json:"durable_floor_ns"`
 	// Delegations are the delegation round trips by store kind.
@@ -86,23 +92,38 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 		}
 		l.BareCopy = lat
 		if slices.Contains(opts.Stores, StoreDurable) {
-			fmt.Fprintf(w, "measuring %d synced writes of %s to %s, %d runs\n", durableWrites, fmtBytes(size), dir, opts.LargeRuns)
-			probe, perr := os.MkdirTemp(dir, "synced-writes-")
-			if perr != nil {
-				return out, fmt.Errorf("bench: %w", perr)
+			dir, err := os.MkdirTemp(dir, "synced-writes-")
+			if err != nil {
+				return out, fmt.Errorf("bench: %w", err)
 			}
 			// Removed at the end, not now: the delegations' files would
 			// take the pages it frees, which the probe's own writes did
-			// not get (syncedWrites).
-			defer func() { err = errors.Join(err, os.RemoveAll(probe)) }()
-			lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
-				return syncedWrites(probe, text, durableWrites)
-			})
-			if errs > 0 {
-				return out, fmt.Errorf("bench: synced writes of %s: %s", fmtBytes(size), first)
+			// not get (writeProbe).
+			defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+			probe := &writeProbe{w: store.NewFileWriter(), dir: dir}
+			for _, direct := range []bool{false, true} {
+				how, into := "through the page cache", &l.SyncedWrites
+				if direct {
+					how, into = "with O_DIRECT", &l.SyncedWritesDirect
+				}
+				fmt.Fprintf(w, "measuring %d synced writes of %s %s to %s, %d runs\n", durableWrites, fmtBytes(size), how, dir, opts.LargeRuns)
+				lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
+					return probe.writes(text, durableWrites, direct)
+				})
+				if direct && probe.noDirect {
+					fmt.Fprintf(w, "  direct I/O not available in %s: skipped\n", dir)
+					continue
+				}
+				if errs > 0 {
+					return out, fmt.Errorf("bench: synced writes of %s %s: %s", fmtBytes(size), how, first)
+				}
+				*into = lat
 			}
-			l.SyncedWrites = lat
-			l.DurableFloor = l.BareCopy.P50 + lat.P50*durableFloorWrites/durableWrites
+			fastest := l.SyncedWrites.P50
+			if l.SyncedWritesDirect.Samples > 0 {
+				fastest = min(fastest, l.SyncedWritesDirect.P50)
+			}
+			l.DurableFloor = l.BareCopy.P50 + fastest*durableFloorWrites/durableWrites
 		}
 		budget := max(executor.EstimateTokens(string(text)), 4096)
 		for _, k := range opts.Stores {
@@ -214,10 +235,15 @@ func writeLarge(w io.Writer, r Report) error {
 	for _, l := range r.Large {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), "bare copy", l.BareCopy.Samples,
 			fmtDur(l.BareCopy.P50), fmtDur(l.BareCopy.Max), mibPerSec(l.Payload, l.BareCopy.P50), "1.00×", "-", "-", 0)
-		if l.SyncedWrites.Samples > 0 {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.2f×\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), fmt.Sprintf("%d synced writes", durableWrites),
-				l.SyncedWrites.Samples, fmtDur(l.SyncedWrites.P50), fmtDur(l.SyncedWrites.Max),
-				mibPerSec(durableWrites*l.Payload, l.SyncedWrites.P50), ratio(l.SyncedWrites.P50, l.BareCopy.P50), "-", "-", 0)
+		for _, sw := range []struct {
+			how string
+			lat Latency
+		}{{"page cache", l.SyncedWrites}, {"O_DIRECT", l.SyncedWritesDirect}} {
+			if sw.lat.Samples > 0 {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.2f×\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), fmt.Sprintf("%d synced writes, %s", durableWrites, sw.how),
+					sw.lat.Samples, fmtDur(sw.lat.P50), fmtDur(sw.lat.Max),
+					mibPerSec(durableWrites*l.Payload, sw.lat.P50), ratio(sw.lat.P50, l.BareCopy.P50), "-", "-", 0)
+			}
 		}
 		for _, d := range l.Delegations {
 			if d.Skipped != "" {
@@ -237,9 +263,10 @@ func writeLarge(w io.Writer, r Report) error {
 		return err
 	}
 	if len(r.Large) > 0 && r.Large[0].DurableFloor > 0 {
-		fmt.Fprintf(w, "%d synced writes: the payload written %d times, to new files beside the stores, each synced before the next (MiB/s counts all %d):\n"+
-			"what a durable delegation stores, task and result on each side; durable floor: bare copy p50 + %d/%d of the synced writes' p50,\n"+
-			"the provider's two writes and the requester's write of the result, which lie on the delegation's critical path\n",
+		fmt.Fprintf(w, "%d synced writes: the payload written %d times, to new files beside the stores, each synced before the next (MiB/s counts all %d),\n"+
+			"through the page cache and past it, the two ways the store writes a value file: what a durable delegation stores, task and result\n"+
+			"on each side; durable floor: bare copy p50 + %d/%d of the faster synced writes' p50, the provider's two writes and the requester's\n"+
+			"write of the result, which lie on the delegation's critical path\n",
 			durableWrites, durableWrites, durableWrites, durableFloorWrites, durableWrites)
 	}
 	for _, l := range r.Large {
