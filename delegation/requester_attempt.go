@@ -1,0 +1,223 @@
+package delegation
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// One attempt at a provider, the requester's side: a stream opened (or one
+// kept from an earlier delegation, streampool.go), the offer or a reattach
+// query sent on it, and the stream followed (requester_reader.go) until the
+// delegation ends here or the stream fails. follow (requester.go) drives
+// the attempts.
+
+// outcome is how one attempt at a provider ended.
+type outcome int
+
+const (
+	outcomeRetry     outcome = iota // no stream to the provider: try again
+	outcomeConnected                // a stream worked, then failed: reattach
+	outcomeDone                     // the delegation is terminal here
+	outcomePreempted                // the provider preempted it: offer it elsewhere
+	outcomeStale                    // a kept stream had gone (streampool.go): offer again on a new one
+)
+
+// attempt opens one stream to the provider, sends the offer (or, once the
+// provider has accepted, a status query to reattach), and follows the
+// stream. The error says why an attempt that did not end the delegation
+// failed.
+//
+// A fresh attempt is the first one of a delegation just offered: it starts
+// from d as Delegate built it, reading nothing back, and waits for cr (the
+// write of d) before it reads the provider's answer.
+//
+// An offer goes out on a stream kept from an earlier delegation to the same
+// provider when there is one (streampool.go), unless noKept: the last
+// attempt's kept stream turned out gone.
+func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outgoing, lost *pathLoss, fresh bool, cr *created, noKept bool) (outcome, error) {
+	o.replyMu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			o.replyMu.Unlock()
+		}
+	}()
+	cur := d
+	var all []store.Event
+	if !fresh {
+		var err error
+		if cur, err = e.st.GetDelegation(store.RoleRequester, d.ID); err != nil {
+			return outcomeDone, err
+		}
+		if cur.State.Terminal() {
+			return outcomeDone, nil
+		}
+		d = cur // the provider may have changed (a re-offer)
+		if all, err = e.st.Events(store.RoleRequester, d.ID, 0); err != nil {
+			return outcomeRetry, err
+		}
+	}
+	r := &providerReader{e: e, d: d, offerHash: o.offerHash, statuses: rate.NewLimiter(statusRate, statusBurst)}
+	r.events = slices.Clone(currentAttempt(all))
+	r.moved = reoffered(all)
+	for _, ev := range r.events {
+		switch ev.Type {
+		case EventAccepted:
+			r.accepted = true
+		case EventStatus:
+			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
+				st := m.(*protocol.DelegationStatus)
+				r.lastSeq = max(r.lastSeq, st.Seq)
+				r.partial += protocol.PayloadSize(st.Partial)
+			}
+		}
+	}
+	var first protocol.Message
+	if r.accepted {
+		first = &protocol.DelegationStatus{ID: d.ID, Query: true, Seq: r.lastSeq}
+	} else if e.cfg.Trace != nil {
+		// Decoded for the trace only: a large offer goes out as stored.
+		offer, err := protocol.DecodeMessage(cur.Offer)
+		if err != nil {
+			return outcomeDone, err
+		}
+		first = offer
+	}
+	var (
+		s      Stream
+		c      *protocol.Conn
+		kept   *idleStream // the stream came from the pool
+		opened time.Time   // when this attempt opened s, if it did
+		err    error
+	)
+	if !r.accepted && !noKept {
+		if is := e.idle.take(d.Peer); is != nil {
+			if is.c.SendEncoded(cur.Offer) == nil {
+				s, c, kept = is.s, is.c, is
+				r.kept = true
+			} else {
+				_ = is.s.Reset()
+			}
+		}
+	}
+	if kept == nil {
+		dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
+		opened = e.cfg.Now()
+		s, err = e.cfg.Dialer.OpenStream(dctx, d.Peer)
+		cancel()
+		if err != nil {
+			e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
+			e.idle.drop(d.Peer)
+			return outcomeRetry, err
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+	defer stop()
+	switch {
+	case kept != nil:
+	case r.accepted:
+		c, err = protocol.Dial(s, e.id, d.Peer, first, e.cfg.Conn)
+	default:
+		c, err = protocol.DialEncoded(s, e.id, d.Peer, protocol.TypeDelegationOffer, cur.Offer, e.cfg.Conn)
+	}
+	if err != nil {
+		_ = s.Reset()
+		e.idle.drop(d.Peer) // a new stream failed: free what the provider counts
+		if errors.Is(err, protocol.ErrPayloadTooLarge) || errors.Is(err, protocol.ErrFrameTooLarge) {
+			// A local size error: no retry can fix it.
+			if cr.wait() != nil {
+				return outcomeDone, err
+			}
+			_, _ = e.transition(store.RoleRequester, d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+				x.Reason = ReasonPayloadTooLarge + ": " + err.Error()
+			})
+			return outcomeDone, err
+		}
+		return outcomeRetry, err
+	}
+	if first != nil {
+		e.trace(Sent, d.Peer, first)
+	}
+	if lost != nil || strings.HasPrefix(cur.Reason, waitingPrefix) {
+		e.log.Info("path to the provider is back", "delegation", d.ID, "peer", d.Peer)
+		_, _ = e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {
+			if strings.HasPrefix(x.Reason, waitingPrefix) {
+				x.Reason = ""
+			}
+			return nil
+		})
+	}
+	r.c = c
+	r.buf = &eventBuffer{e: e.core, id: d.ID}
+	if turn := pendingTurn(r.events); r.accepted && turn != nil {
+		// An answer stored while no stream was up, or whose stream broke
+		// before the provider acknowledged it: the provider takes it now,
+		// or knows it already and ignores it.
+		if err := c.SendEncoded(turn); err != nil {
+			_ = s.Reset()
+			return outcomeConnected, err
+		}
+		r.turnSent = true
+	}
+	e.reqMu.Lock()
+	o.conn, o.reader = c, r
+	e.reqMu.Unlock()
+	o.replyMu.Unlock()
+	locked = false
+	defer func() {
+		e.reqMu.Lock()
+		o.conn, o.reader = nil, nil
+		e.reqMu.Unlock()
+	}()
+	if err := cr.wait(); err != nil {
+		_ = s.Reset()
+		return outcomeDone, err
+	}
+	// Once the result is in, the provider reads on for our next offer
+	// (1.4): the stream goes back to the pool before the result is checked
+	// and stored, so that it is there when Wait returns.
+	r.keepStream = func() bool {
+		if !stop() || !e.speaks(d.Peer, protocol.StreamReuse) {
+			return false
+		}
+		if kept == nil {
+			kept = &idleStream{s: s, c: c, born: opened}
+		}
+		kept.uses++
+		e.idle.put(d.Peer, kept, e.cfg.Now())
+		return true
+	}
+	out, err := r.read()
+	switch {
+	case r.streamKept:
+	case out == outcomeDone:
+		_ = s.Close() // closing our side acknowledges the result
+	default:
+		_ = s.Reset()
+		if kept != nil && !r.heard && ctx.Err() == nil {
+			return outcomeStale, err
+		}
+		if kept == nil && !r.heard {
+			// A new stream the provider refused (its limit on a peer's
+			// streams counts the kept ones): free them for the next try.
+			e.idle.drop(d.Peer)
+		}
+	}
+	return out, err
+}
+
+// keptAnswerTimeout bounds the wait for a provider's first answer to an
+// offer sent on a kept stream. A provider answers within its openDelay (or
+// at once, with a reject); one that has let the stream go without closing
+// it (an older build reached with a capability assertion from before its
+// downgrade) never does, and the offer goes again on a new stream, which
+// the provider takes as new or, if it has it after all, as a reattach.
+const keptAnswerTimeout = 5 * time.Second

@@ -1,0 +1,385 @@
+package delegation
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// Reading a provider's messages, the requester's side: a providerReader
+// follows one stream, taking each reject, accept, status and result in
+// view of what the provider sent before and of its bounds (status rate,
+// output size), and an eventBuffer stores what it keeps in batches.
+
+// requesterFlushDelay is how long a requester keeps the accept and
+// statuses it received in memory before writing them: a fast delegation's
+// result arrives first and everything lands in one write. Nothing here is
+// acknowledged to anyone, so losing the buffer in a crash only makes the
+// restarted requester re-offer, which the provider answers as a reattach.
+const requesterFlushDelay = 25 * time.Millisecond
+
+// requesterFlushBytes bounds what the buffer holds before it writes at
+// once, so that one write stays far below the store's transaction limit
+// whatever the provider streams.
+const requesterFlushBytes = 256 << 10
+
+// eventBuffer holds a requester's not-yet-stored events for one stream.
+type eventBuffer struct {
+	e     *core
+	id    protocol.DelegationID
+	mu    sync.Mutex
+	evs   []store.Event
+	size  int
+	timer *time.Timer
+	done  bool  // the delegation turned terminal here meanwhile
+	err   error // a write failed: what is buffered cannot be kept
+}
+
+// add buffers ev, writing the buffer at once when it is full. An error
+// means the events could not be stored; the caller must end the stream
+// (a reattach resumes from what the log holds).
+func (b *eventBuffer) add(ev store.Event) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return b.err
+	}
+	b.evs = append(b.evs, ev)
+	b.size += len(ev.Data)
+	if b.size >= requesterFlushBytes {
+		return b.flushLocked()
+	}
+	if b.timer == nil {
+		b.timer = time.AfterFunc(requesterFlushDelay, func() { _ = b.flush() })
+	}
+	return nil
+}
+
+// flush writes the buffered events; the last one's state becomes the
+// delegation's state.
+func (b *eventBuffer) flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.flushLocked()
+}
+
+func (b *eventBuffer) flushLocked() error {
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	if b.err != nil || b.done || len(b.evs) == 0 {
+		return b.err
+	}
+	last := b.evs[len(b.evs)-1]
+	_, err := b.e.transitionAfter(store.RoleRequester, b.id, b.evs[:len(b.evs)-1], last.State, last, nil)
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrTerminal):
+		b.done = true
+	default:
+		// Never drop events silently: a transcript missing them would
+		// fail a good provider's proof. The stream ends and a reattach
+		// asks the provider for everything after the last stored one.
+		b.err = err
+		return err
+	}
+	b.evs, b.size = nil, 0
+	return nil
+}
+
+// isDone reports whether the delegation turned terminal here meanwhile.
+func (b *eventBuffer) isDone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.done
+}
+
+// take hands the buffered events to the caller, who stores them with the
+// result.
+func (b *eventBuffer) take() []store.Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	evs := b.evs
+	b.evs, b.size = nil, 0
+	return evs
+}
+
+// Status frames a requester takes from a provider: a sustained rate and a
+// burst that covers a large output sent as fast as the network allows
+// (MaxPayload in statuses of statusPieceBytes, the piece size of providers
+// before this one, which still send it so). Past it the delegation ends
+// output_violation.
+const (
+	statusRate       = 50
+	statusPieceBytes = 256 << 10
+	statusBurst      = 64 + protocol.MaxPayload/statusPieceBytes
+)
+
+// outputCap is the most output, in bytes of part content, a provider may
+// stream (and return) for a budget: generous beside the executors' own
+// accounting of about four bytes per token, and never above the payload
+// limit.
+func (e *core) outputCap(budget uint64) int {
+	const bytesPerToken, floor = 32, 64 << 10
+	if budget > uint64(e.maxPayload)/bytesPerToken {
+		return e.maxPayload
+	}
+	return min(e.maxPayload, max(floor, int(budget)*bytesPerToken))
+}
+
+// providerReader follows one stream from a provider, holding the
+// requester's view of the delegation: what the provider may send next
+// depends on what it sent before.
+type providerReader struct {
+	e         *requesterHalf
+	d         store.Delegation
+	offerHash *digest // of the offer follow started with; checkProof uses it only for the same bytes
+	c         *protocol.Conn
+	buf       *eventBuffer
+	accepted  bool
+	lastSeq   uint64
+	partial   int // bytes of partial output logged so far, every stream counted
+	statuses  *rate.Limiter
+	// mu guards events and turnSent, which Reply adds to.
+	mu sync.Mutex
+	// events is the current attempt's log, stored or buffered: what the
+	// result's transcript must match, kept so that checking it reads
+	// nothing back.
+	events []store.Event
+	// moved: the current attempt follows a re-offer (see matchOutput).
+	moved bool
+	// turnSent: a continuation went out on this stream, so a reject is the
+	// provider refusing it, not a protocol violation.
+	turnSent bool
+	// kept: the offer went out on a stream kept from an earlier
+	// delegation; heard: a message came on this stream.
+	kept, heard bool
+	// keepStream hands the stream to the pool for the next offer once the
+	// result is in, and reports whether it did (streamKept): the stream is
+	// then no longer this reader's.
+	keepStream func() bool
+	streamKept bool
+}
+
+// own adds a continuation this node logged and sent to the transcript.
+func (r *providerReader) own(ev store.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+	r.turnSent = true
+}
+
+// transcript is a copy of the attempt's log so far.
+func (r *providerReader) transcript() []store.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+// read follows the provider's messages until the delegation is terminal
+// here (outcomeDone), the provider preempted it, or the stream fails.
+func (r *providerReader) read() (outcome, error) {
+	e, d := r.e, r.d
+	defer func() { _ = r.buf.flush() }() // a reattach reads the log to resume from
+	for {
+		wait := d.Deadline.Sub(e.cfg.Now())
+		if wait <= 0 {
+			return outcomeConnected, errors.New("deadline passed")
+		}
+		if r.kept && !r.heard {
+			// A provider answers an offer within its openDelay; silence on
+			// a kept stream means it is no longer read (see outcomeStale).
+			wait = min(wait, e.keptWait)
+		}
+		m, raw, err := r.c.RecvRaw(wait)
+		if err != nil {
+			return outcomeConnected, err
+		}
+		r.heard = true
+		e.trace(Received, d.Peer, m)
+		if out, err, end := r.handle(m, raw); end {
+			return out, err
+		}
+	}
+}
+
+// handle takes one message; end reports that the stream is over.
+func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, err error, end bool) {
+	e, d := r.e, r.d
+	switch m := m.(type) {
+	case *protocol.DelegationReject:
+		if m.ID != d.ID {
+			return outcomeConnected, errors.New("reject for another delegation"), true
+		}
+		r.mu.Lock()
+		answered := r.turnSent
+		r.mu.Unlock()
+		if r.accepted && answered {
+			// The provider refused an answer: it no longer waits for one
+			// this node can give, so the conversation is over.
+			_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+				x.Reason = ReasonAnswerRefused + ": " + m.Reason.String()
+				if m.Detail != "" {
+					x.Reason += ": " + m.Detail
+				}
+			})
+			e.sendCancel(d.Peer, d.ID, "answer refused")
+			return outcomeDone, nil, true
+		}
+		if r.accepted {
+			return r.violation(ReasonProtocolViolation, "provider rejected a delegation it had accepted"), nil, true
+		}
+		_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+			x.Reason = m.Reason.String()
+			if m.Detail != "" {
+				x.Reason += ": " + m.Detail
+			}
+		})
+		return outcomeDone, nil, true
+	case *protocol.DelegationAccept:
+		if m.ID != d.ID || r.accepted {
+			return 0, nil, false
+		}
+		r.accepted = true
+		return r.keep(store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: raw})
+	case *protocol.DelegationStatus:
+		return r.status(m, raw)
+	case *protocol.DelegationResult:
+		if m.ID != d.ID {
+			return outcomeConnected, errors.New("result for another delegation"), true
+		}
+		if !r.accepted {
+			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
+		}
+		r.streamKept = r.keepStream != nil && r.keepStream()
+		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
+		return outcomeDone, nil, true
+	}
+	return 0, nil, false
+}
+
+func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out outcome, err error, end bool) {
+	e, d := r.e, r.d
+	if m.ID != d.ID {
+		return outcomeConnected, errors.New("status for another delegation"), true
+	}
+	if m.State == protocol.StateUnknown {
+		// The provider never stored the offer (it was lost before its
+		// accept): offer again on the next attempt.
+		if !r.accepted {
+			return outcomeConnected, errors.New("provider does not know the offer yet"), true
+		}
+		_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+			x.Reason = "provider does not know the delegation it accepted"
+		})
+		return outcomeDone, nil, true
+	}
+	if !r.accepted {
+		return r.violation(ReasonProtocolViolation, "provider sent a status before accepting"), nil, true
+	}
+	if m.Seq <= r.lastSeq {
+		return 0, nil, false // replayed after a reattach and already logged
+	}
+	if !r.statuses.Allow() {
+		return r.violation(ReasonOutputViolation, fmt.Sprintf("provider sent status frames faster than %d per second", statusRate)), nil, true
+	}
+	n := protocol.PayloadSize(m.Partial)
+	if limit := e.outputCap(d.BudgetTokens); r.partial+n > limit {
+		return r.violation(ReasonOutputViolation, fmt.Sprintf("provider streamed more than %d bytes of output for a budget of %d tokens",
+			limit, d.BudgetTokens)), nil, true
+	}
+	r.partial += n
+	r.lastSeq = m.Seq
+	if m.State == protocol.StatePreempted && !e.cfg.NoReoffer {
+		// Log it (the delegation itself stays live) and offer the task
+		// elsewhere.
+		if err := r.log(store.Event{Type: EventStatus, State: protocol.StateRunning, Data: raw}); err != nil {
+			return r.storeFailed(err)
+		}
+		return outcomePreempted, nil, true
+	}
+	if m.State.Terminal() && m.State != protocol.StatePreempted {
+		return 0, nil, false // a terminal state comes only with a result
+	}
+	state := m.State
+	if state == protocol.StatePreempted {
+		state = protocol.StateRunning // the result ends it
+	}
+	if out, err, end := r.keep(store.Event{Type: EventStatus, State: state, Data: raw}); end {
+		return out, err, end
+	}
+	if m.State != protocol.StateRunning {
+		// A state change (preempted, input_required) is worth showing at
+		// once; a question is waited on (Reply reads it from the log).
+		if err := r.buf.flush(); err != nil {
+			return r.storeFailed(err)
+		}
+	}
+	if r.buf.isDone() {
+		return outcomeDone, nil, true // cancelled or expired here meanwhile
+	}
+	return 0, nil, false
+}
+
+// log buffers an event for the log, and keeps it for the transcript.
+func (r *providerReader) log(ev store.Event) error {
+	if err := r.buf.add(ev); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	return nil
+}
+
+// keep buffers an event for the log.
+func (r *providerReader) keep(ev store.Event) (out outcome, err error, end bool) {
+	if err := r.log(ev); err != nil {
+		return r.storeFailed(err)
+	}
+	if r.buf.isDone() {
+		return outcomeDone, nil, true
+	}
+	return 0, nil, false
+}
+
+// storeFailed ends a stream whose events could not be written. A write the
+// store refuses as invalid (too large) fails the delegation, since a retry
+// would meet the same refusal; anything else (a full disk, a closing store)
+// ends only the stream, and a reattach resumes from the log.
+func (r *providerReader) storeFailed(err error) (outcome, error, bool) {
+	if errors.Is(err, store.ErrInvalid) {
+		_, _ = r.e.transition(store.RoleRequester, r.d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+			x.Reason = ReasonStore + ": " + err.Error()
+		})
+		return outcomeDone, err, true
+	}
+	return outcomeConnected, err, true
+}
+
+// violation ends a delegation whose provider broke the protocol or its
+// bounds: what was logged stays, the offending message is not kept, and
+// the provider is told to stop.
+func (r *providerReader) violation(reason, detail string) outcome {
+	e, d := r.e, r.d
+	e.log.Warn("provider violated the protocol", "delegation", d.ID, "peer", d.Peer, "reason", reason, "detail", detail)
+	_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+		x.Reason = reason + ": " + detail
+	})
+	// On a fresh stream: this one ends now, and closing a stream the
+	// provider is still writing to may drop what was last sent on it.
+	e.sendCancel(d.Peer, d.ID, reason)
+	return outcomeDone
+}
