@@ -16,8 +16,8 @@
 // delegation's log is kept in memory as well, so signing and checking a
 // result proof read nothing back from the store.
 //
-// The Engine is a provider half (provider.go, local.go) and a requester
-// half (requester.go, capability.go, child.go) over a core they share
+// The Engine is a provider half (provider*.go, local.go) and a requester
+// half (requester*.go, capability.go, child.go) over a core they share
 // (engine.go, query.go: the store, the identity, metrics, subscriptions and
 // the run context); each half's state has its own lock.
 //

@@ -176,8 +176,8 @@ func (c *Config) setDefaults() {
 }
 
 // Engine runs both sides of delegation for one node: the provider half
-// (provider.go: admission, the remote pool, the tasks it runs) and the
-// requester half (requester.go, capability.go: the delegations it follows,
+// (provider*.go: admission, the remote pool, the tasks it runs) and the
+// requester half (requester*.go, capability.go: the delegations it follows,
 // what it knows of providers), over a core both share (store, identity,
 // metrics, subscriptions, the run context). Each part's state has its own
 // lock, so a busy provider never waits on its requester's bookkeeping.

@@ -17,7 +17,7 @@ const DefaultMaxFrame = 4 << 20
 // large frame and sends little costs about this much, not the declared size.
 const frameGrowStep = 64 << 10
 
-// Chunked messages (conn.go) go in frames of up to chunkBufCap bytes, which
+// Chunked messages (chunk.go) go in frames of up to chunkBufCap bytes, which
 // each side reads or seals in a buffer of that size. Those buffers are
 // recycled (chunkBufs): a chunk is copied out of its frame into its
 // message as soon as it is opened, and a sealed chunk is written to the
