@@ -80,6 +80,17 @@ const JoinBudget = 4 * MaxMessage
 // the bytes received, never past limit (MaxMessage if 0) for this message
 // nor past what budget has left for all of them, whatever size a peer
 // declares.
+//
+// Until half the declared total has come, the bytes wait in recycled
+// chunk buffers (chunkBufs); then the message takes one buffer of exactly
+// its total, the bytes so far are copied in and the rest is appended
+// there. So a message is copied about 1.5 times and takes new memory only
+// for itself: growing one buffer by doubling copied a 16 MiB message
+// about twice and took 30 MiB of new memory for it, which costs more than
+// the copies on machines slow to hand out fresh pages (docs/performance.md).
+// The message's buffer is never more than twice what was received; the
+// budget counts it and the chunk buffers held beside it (at the switch,
+// both for as long as the copy takes).
 func joinChunks(total uint64, data []byte, limit int, next func() ([]byte, error), budget *semaphore.Weighted) (_ []byte, err error) {
 	if limit <= 0 {
 		limit = MaxMessage
@@ -90,30 +101,65 @@ func joinChunks(total uint64, data []byte, limit int, next func() ([]byte, error
 	case total > uint64(limit):
 		return nil, &fieldError{path: "chunk.total_size", err: fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, total, limit)}
 	}
-	// The budget counts the memory held: the buffer's capacity. It doubles
-	// (up to the declared size) as bytes come, so a message is copied
-	// about once whatever its size, and never holds more than twice what
-	// was received. (Growing by append's own policy, 1.25× for large
-	// slices, copied a 16 MiB message about four times.)
-	var held int64
-	defer func() { budget.Release(held) }()
-	var buf []byte
+	var (
+		held   int64    // taken from budget
+		pieces [][]byte // the bytes so far, before buf is taken
+		got    int      // bytes received
+		buf    []byte   // the message, once half of it has come
+	)
+	defer func() {
+		for _, p := range pieces {
+			putChunkBuf(p)
+		}
+		budget.Release(held)
+	}()
+	take := func(n int) error {
+		if !budget.TryAcquire(int64(n)) {
+			return &fieldError{path: "chunk", err: fmt.Errorf("%w: this node is joining %d bytes of large messages already", ErrPayloadTooLarge, JoinBudget)}
+		}
+		held += int64(n)
+		return nil
+	}
 	for {
-		if len(data) == 0 || len(buf)+len(data) > int(total) {
-			return nil, invalid("chunk.data", "%d bytes after %d of %d", len(data), len(buf), total)
+		if len(data) == 0 || got+len(data) > int(total) {
+			return nil, invalid("chunk.data", "%d bytes after %d of %d", len(data), got, total)
 		}
-		if cap(buf)-len(buf) < len(data) {
-			want := min(int(total), max(2*cap(buf), len(buf)+len(data), 2*ChunkSize))
-			if !budget.TryAcquire(int64(want - cap(buf))) {
-				return nil, &fieldError{path: "chunk", err: fmt.Errorf("%w: this node is joining %d bytes of large messages already", ErrPayloadTooLarge, JoinBudget)}
+		got += len(data)
+		switch {
+		case buf != nil:
+			buf = append(buf, data...)
+		case 2*got < int(total):
+			for len(data) > 0 {
+				if len(pieces) == 0 || len(pieces[len(pieces)-1]) == chunkBufCap {
+					if err := take(chunkBufCap); err != nil {
+						return nil, err
+					}
+					p := getChunkBuf()
+					if p == nil {
+						p = make([]byte, 0, chunkBufCap)
+					}
+					pieces = append(pieces, p)
+				}
+				p := &pieces[len(pieces)-1]
+				n := min(chunkBufCap-len(*p), len(data))
+				*p = append(*p, data[:n]...)
+				data = data[n:]
 			}
-			held += int64(want - cap(buf))
-			grown := make([]byte, len(buf), want)
-			copy(grown, buf)
-			buf = grown
+		default:
+			if err := take(int(total)); err != nil {
+				return nil, err
+			}
+			buf = make([]byte, 0, total)
+			for _, p := range pieces {
+				buf = append(buf, p...)
+				putChunkBuf(p)
+			}
+			budget.Release(int64(len(pieces)) * chunkBufCap)
+			held -= int64(len(pieces)) * chunkBufCap
+			pieces = nil
+			buf = append(buf, data...)
 		}
-		buf = append(buf, data...)
-		if len(buf) == int(total) {
+		if got == int(total) {
 			return buf, nil
 		}
 		pt, err := next()
@@ -126,7 +172,7 @@ func joinChunks(total uint64, data []byte, limit int, next func() ([]byte, error
 			return nil, err
 		}
 		if !isChunk || more != 0 {
-			return nil, invalid("chunk", "message interrupted after %d of %d bytes", len(buf), total)
+			return nil, invalid("chunk", "message interrupted after %d of %d bytes", got, total)
 		}
 		data = d
 	}

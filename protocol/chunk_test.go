@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -152,6 +153,70 @@ func TestJoinChunksRefusesBadSequences(t *testing.T) {
 				t.Fatalf("error %v, want %v", err, c.wantIs)
 			}
 		})
+	}
+}
+
+// joinPieces joins msg sent as a first chunk and later chunks of size
+// step (the last one shorter).
+func joinPieces(t *testing.T, msg []byte, step int, budget *semaphore.Weighted) ([]byte, error) {
+	t.Helper()
+	first, rest := msg[:min(step, len(msg))], msg[min(step, len(msg)):]
+	next := func() ([]byte, error) {
+		if len(rest) == 0 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		d := rest[:min(step, len(rest))]
+		rest = rest[len(d):]
+		return chunkFrame(t, 0, d), nil
+	}
+	return joinChunks(uint64(len(msg)), first, 0, next, budget)
+}
+
+// A joined message is the bytes sent, whatever the chunks' sizes (smaller
+// than a chunk buffer, or larger), and the join gives its budget back.
+func TestJoinChunksJoins(t *testing.T) {
+	for _, total := range []int{ChunkSize + 1, 2*ChunkSize + 5, 5*ChunkSize + 123} {
+		msg := make([]byte, total)
+		for i := range msg {
+			msg[i] = byte(i * 31 / 7)
+		}
+		for _, step := range []int{3000, ChunkSize, chunkBufCap + 7, 2*ChunkSize + 1} {
+			budget := semaphore.NewWeighted(JoinBudget)
+			got, err := joinPieces(t, msg, step, budget)
+			if err != nil {
+				t.Fatalf("total %d in chunks of %d: %v", total, step, err)
+			}
+			if !bytes.Equal(got, msg) {
+				t.Fatalf("total %d in chunks of %d: joined bytes differ", total, step)
+			}
+			if !budget.TryAcquire(JoinBudget) {
+				t.Fatalf("total %d in chunks of %d: budget not given back", total, step)
+			}
+		}
+	}
+}
+
+// A large message takes new memory once, for itself: the bytes before its
+// buffer wait in recycled chunk buffers. Growing one buffer by doubling
+// took about twice the message.
+func TestJoinChunksAllocatesTheMessageOnce(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // the recycled buffers stay put
+	const total = 16 * ChunkSize
+	msg := bytes.Repeat([]byte{'k'}, total)
+	budget := semaphore.NewWeighted(JoinBudget)
+	if _, err := joinPieces(t, msg, ChunkSize, budget); err != nil { // fills the pool
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := joinPieces(t, msg, ChunkSize, budget)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(got) != total {
+		t.Fatalf("joined %d bytes: %v", len(got), err)
+	}
+	// The message, and the chunk frames the test encodes (16 MiB more).
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2*total+total/4 {
+		t.Fatalf("joining %d bytes allocated %d", total, alloc)
 	}
 }
 
