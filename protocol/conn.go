@@ -265,7 +265,8 @@ func (c *Conn) Recv(timeout time.Duration) (Message, error) {
 // transcripts and the event log. A chunked message is joined first: the
 // first frame waits up to timeout, each further chunk up to the I/O
 // timeout, and the plaintext returned is the whole encoding, as if it had
-// come in one frame.
+// come in one frame. The caller must not change the plaintext: the large
+// strings of a joined message are decoded over its memory (alias.go).
 func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
 	// A large first frame (a chunk, most likely) is read into a recycled
 	// buffer when one is free (see chunkBufs); first holds it after the
@@ -298,7 +299,9 @@ func (c *Conn) RecvRaw(timeout time.Duration) (Message, []byte, error) {
 			return nil, nil, err
 		}
 		w.Reset()
-		if err := unmarshal("message", pt, &w); err != nil {
+		// pt is the joined message's own buffer, which the caller keeps as
+		// the raw bytes and never changes: its large strings stay in it.
+		if err := aliasUnmarshal("message", pt, &w); err != nil {
 			return nil, nil, err
 		}
 	}
