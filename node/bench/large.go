@@ -92,26 +92,26 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 		}
 		l.BareCopy = lat
 		if slices.Contains(opts.Stores, StoreDurable) {
-			dir, err := os.MkdirTemp(dir, "synced-writes-")
-			if err != nil {
-				return out, fmt.Errorf("bench: %w", err)
+			probeDir, perr := os.MkdirTemp(dir, "synced-writes-")
+			if perr != nil {
+				return out, fmt.Errorf("bench: %w", perr)
 			}
 			// Removed at the end, not now: the delegations' files would
 			// take the pages it frees, which the probe's own writes did
 			// not get (writeProbe).
-			defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
-			probe := &writeProbe{w: store.NewFileWriter(), dir: dir}
+			defer func() { err = errors.Join(err, os.RemoveAll(probeDir)) }()
+			probe := &writeProbe{w: store.NewFileWriter(), dir: probeDir}
 			for _, direct := range []bool{false, true} {
 				how, into := "through the page cache", &l.SyncedWrites
 				if direct {
 					how, into = "with O_DIRECT", &l.SyncedWritesDirect
 				}
-				fmt.Fprintf(w, "measuring %d synced writes of %s %s to %s, %d runs\n", durableWrites, fmtBytes(size), how, dir, opts.LargeRuns)
+				fmt.Fprintf(w, "measuring %d synced writes of %s %s to %s, %d runs\n", durableWrites, fmtBytes(size), how, probeDir, opts.LargeRuns)
 				lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
 					return probe.writes(text, durableWrites, direct)
 				})
 				if direct && probe.noDirect {
-					fmt.Fprintf(w, "  direct I/O not available in %s: skipped\n", dir)
+					fmt.Fprintf(w, "  direct I/O not available in %s: skipped\n", probeDir)
 					continue
 				}
 				if errs > 0 {
