@@ -86,7 +86,8 @@ const JoinBudget = 4 * MaxMessage
 // its total, the bytes so far are copied in and the rest is appended
 // there. So a message is copied about 1.5 times and takes new memory only
 // for itself: growing one buffer by doubling copied a 16 MiB message
-// about twice and took 30 MiB of new memory for it, which costs more than
+// about twice and took 46 MiB of new memory for it (2, 4, 8, 16 MiB, and
+// its whole size again for the bytes past 16 MiB), which costs more than
 // the copies on machines slow to hand out fresh pages (docs/performance.md).
 // The message's buffer is never more than twice what was received; the
 // budget counts it and the chunk buffers held beside it (at the switch,
