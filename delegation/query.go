@@ -67,12 +67,15 @@ func (e *core) finished(id protocol.DelegationID) (store.Delegation, error) {
 	return d, nil
 }
 
-// Result decodes the stored result of a finished delegation.
+// Result decodes the stored result of a finished delegation. Its large
+// texts share d.Result's memory (protocol.DecodeMessageInPlace): d.Result,
+// which the store and the engine hand out and never write to, must not
+// be changed afterwards.
 func Result(d store.Delegation) (*protocol.DelegationResult, error) {
 	if len(d.Result) == 0 {
 		return nil, fmt.Errorf("delegation %s has no result (state %s)", d.ID, d.State)
 	}
-	m, err := protocol.DecodeMessage(d.Result)
+	m, err := protocol.DecodeMessageInPlace(d.Result)
 	if err != nil {
 		return nil, err
 	}

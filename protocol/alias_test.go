@@ -137,3 +137,31 @@ func FuzzAliasUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// DecodeMessageInPlace decodes what DecodeMessage decodes, its large texts
+// over the buffer.
+func TestDecodeMessageInPlace(t *testing.T) {
+	big := strings.Repeat("x", aliasMin)
+	b, err := EncodeMessage(&DelegationResult{ID: NewDelegationID(), State: StateCompleted, Output: []Part{TextPart(big), TextPart("y")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := DecodeMessage(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeMessageInPlace(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, g := want.(*DelegationResult), got.(*DelegationResult)
+	if len(g.Output) != 2 || g.Output[0].Text != w.Output[0].Text || g.Output[1].Text != "y" {
+		t.Fatal("decoded differently")
+	}
+	if !inBuffer(g.Output[0].Text, b) || inBuffer(w.Output[0].Text, b) {
+		t.Fatal("the large text is not over the buffer, or DecodeMessage's is")
+	}
+	if _, err := DecodeMessageInPlace(b[:len(b)-1]); err == nil {
+		t.Fatal("a cut message decoded")
+	}
+}

@@ -43,6 +43,18 @@ func DecodeMessage(b []byte) (Message, error) {
 	return messageFromWire(&w)
 }
 
+// DecodeMessageInPlace is DecodeMessage for a b that nothing changes
+// afterwards: the message's texts of 64 KiB or more are strings over b's
+// memory instead of copies of it (alias.go). It decodes and refuses
+// exactly what DecodeMessage does.
+func DecodeMessageInPlace(b []byte) (Message, error) {
+	var w pb.Message
+	if err := aliasUnmarshal("message", b, &w); err != nil {
+		return nil, err
+	}
+	return messageFromWire(&w)
+}
+
 // errNilMessage: an encoder was handed a nil Message or a typed nil pointer.
 var errNilMessage = errors.New("nil message")
 
