@@ -49,8 +49,9 @@
 // consecutive frames whose body is a Chunk: the first names the total
 // size, each carries the next piece of the encoding, and nothing else may
 // come between them on that direction of the stream. The receiver joins
-// them (refusing a total above its cap before it allocates, and growing
-// its buffer only as bytes arrive) and decodes the whole, so hashes and
+// them (refusing a total above its cap before it allocates, and taking
+// memory only as bytes arrive, never more than twice what has come) and
+// decodes the whole, so hashes and
 // transcripts cover the same bytes as if the message had come in one
 // frame. No frame is larger than about ChunkSize, whatever the payload.
 //
