@@ -12,6 +12,7 @@ package protocol
 // bytes (to store and hash), which nothing writes to.
 
 import (
+	"slices"
 	"unicode/utf8"
 	"unsafe"
 
@@ -81,6 +82,13 @@ func aliasUnmarshal(name string, b []byte, m proto.Message) error {
 	return nil
 }
 
+// fieldCount is how many elements of a repeated message field a message
+// has given so far.
+type fieldCount struct {
+	num protowire.Number
+	n   int
+}
+
 // elide returns b, a message of type md that starts at offset base of the
 // whole buffer, with its large singular strings empty, and adds where
 // each was to holes; ok is false when b must be decoded as it is (see
@@ -90,11 +98,17 @@ func elide(b []byte, base int, md protoreflect.MessageDescriptor, path []aliasSt
 		return nil, false
 	}
 	fields := md.Fields()
+	out := make([]byte, 0, min(len(b), 4096))
+	// What this message has given so far, in arrays that stay on the stack
+	// for the few fields a message has: its singular fields (a second one
+	// is merged or replaces the first, which the holes' paths cannot
+	// follow), its oneofs (a second member replaces the first) and its
+	// repeated messages' counts (a hole's index among them).
 	var (
-		out      = make([]byte, 0, min(len(b), 4096))
-		once     map[protowire.Number]bool // singular fields seen, to refuse a second
-		oneofs   map[protoreflect.FullName]bool
-		repeated map[protowire.Number]int // elements seen per repeated message field
+		onceA                  [8]protowire.Number
+		oneofsA                [4]protoreflect.FullName
+		repeatedA              [4]fieldCount
+		once, oneofs, repeated = onceA[:0], oneofsA[:0], repeatedA[:0]
 	)
 	for at := 0; at < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[at:])
@@ -106,61 +120,56 @@ func elide(b []byte, base int, md protoreflect.MessageDescriptor, path []aliasSt
 			return nil, false
 		}
 		whole := b[at : at+n+vn]
+		at += len(whole)
 		fd := fields.ByNumber(num)
 		if fd == nil || typ != protowire.BytesType || fd.IsMap() ||
 			(fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.StringKind) ||
 			(fd.Kind() == protoreflect.StringKind && fd.IsList()) {
 			out = append(out, whole...)
-			at += len(whole)
 			continue
 		}
-		v, ln := protowire.ConsumeBytes(b[at+n:])
+		v, ln := protowire.ConsumeBytes(whole[n:])
 		if ln < 0 {
 			return nil, false
 		}
-		vAt := at + n + ln - len(v) // v's offset in b
+		vAt := at - len(v) // v's offset in b: it ends the field
+		idx := -1
 		if !fd.IsList() {
-			if once == nil {
-				once = map[protowire.Number]bool{}
+			if slices.Contains(once, num) {
+				return nil, false
 			}
-			if once[num] {
-				return nil, false // merged or replaced: not followed
-			}
-			once[num] = true
+			once = append(once, num)
 			if od := fd.ContainingOneof(); od != nil {
-				if oneofs == nil {
-					oneofs = map[protoreflect.FullName]bool{}
+				if slices.Contains(oneofs, od.FullName()) {
+					return nil, false
 				}
-				if oneofs[od.FullName()] {
-					return nil, false // a second member replaces the first
-				}
-				oneofs[od.FullName()] = true
+				oneofs = append(oneofs, od.FullName())
 			}
+		} else {
+			i := slices.IndexFunc(repeated, func(r fieldCount) bool { return r.num == num })
+			if i < 0 {
+				i = len(repeated)
+				repeated = append(repeated, fieldCount{num: num})
+			}
+			idx = repeated[i].n
+			repeated[i].n++
 		}
 		switch {
+		case len(v) < max(aliasMin, 1):
+			// Too short to hold a string left in the buffer, at any depth.
+			out = append(out, whole...)
 		case fd.Kind() == protoreflect.MessageKind:
-			idx := -1
-			if fd.IsList() {
-				if repeated == nil {
-					repeated = map[protowire.Number]int{}
-				}
-				idx = repeated[num]
-				repeated[num]++
-			}
 			sub, ok := elide(v, base+vAt, fd.Message(), append(path[:len(path):len(path)], aliasStep{fd, idx}), holes, depth+1)
 			if !ok {
 				return nil, false
 			}
 			out = protowire.AppendTag(out, num, protowire.BytesType)
 			out = protowire.AppendBytes(out, sub)
-		case len(v) >= max(aliasMin, 1):
+		default:
 			*holes = append(*holes, aliasHole{path: path, fd: fd, off: base + vAt, n: len(v)})
 			out = protowire.AppendTag(out, num, protowire.BytesType)
 			out = protowire.AppendVarint(out, 0)
-		default:
-			out = append(out, whole...)
 		}
-		at += len(whole)
 	}
 	return out, true
 }
