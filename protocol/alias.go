@@ -55,6 +55,9 @@ type aliasHole struct {
 // twice, nesting past aliasDepth, anything malformed), b is decoded by
 // unmarshal as it is.
 func aliasUnmarshal(name string, b []byte, m proto.Message) error {
+	if len(b) < max(aliasMin, 1) {
+		return unmarshal(name, b, m) // no string to leave in b: nothing to walk
+	}
 	var holes []aliasHole
 	reduced, ok := elide(b, 0, m.ProtoReflect().Descriptor(), nil, &holes, 0)
 	if !ok || len(holes) == 0 {

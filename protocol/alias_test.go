@@ -99,17 +99,7 @@ func TestAliasUnmarshalAgreesWithProto(t *testing.T) {
 		"unknown fields around": cat(field(9, big), task(part(textPart(big))), protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 3)),
 	}
 	for name, b := range cases {
-		t.Run(name, func(t *testing.T) {
-			var want, got pb.Task
-			werr := unmarshal("task", b, &want)
-			gerr := aliasUnmarshal("task", b, &got)
-			if (werr == nil) != (gerr == nil) {
-				t.Fatalf("proto: %v; aliasUnmarshal: %v", werr, gerr)
-			}
-			if werr == nil && !proto.Equal(&want, &got) {
-				t.Fatal("decoded differently")
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkAgrees(t, b, &pb.Task{}, &pb.Task{}) })
 	}
 }
 
@@ -128,16 +118,23 @@ func FuzzAliasUnmarshal(f *testing.F) {
 	defer func(n int) { aliasMin = n }(aliasMin)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		aliasMin = 1 + len(b)%4
-		var want, got pb.Message
-		werr := proto.Unmarshal(b, &want)
-		gerr := aliasUnmarshal("message", b, &got)
-		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("proto: %v; aliasUnmarshal: %v", werr, gerr)
-		}
-		if werr == nil && !proto.Equal(&want, &got) {
-			t.Fatal("decoded differently")
-		}
+		checkAgrees(t, b, &pb.Message{}, &pb.Message{})
 	})
+}
+
+// checkAgrees fails t unless aliasUnmarshal decodes b into got as
+// proto.Unmarshal decodes it into want (an empty message of the same
+// type), or refuses it as that does.
+func checkAgrees(t *testing.T, b []byte, want, got proto.Message) {
+	t.Helper()
+	werr := proto.Unmarshal(b, want)
+	gerr := aliasUnmarshal("message", b, got)
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("proto: %v; aliasUnmarshal: %v", werr, gerr)
+	}
+	if werr == nil && !proto.Equal(want, got) {
+		t.Fatal("decoded differently")
+	}
 }
 
 // DecodeMessageInPlace decodes what DecodeMessage decodes, its large texts
