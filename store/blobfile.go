@@ -41,19 +41,19 @@ import (
 // delegation engine never replaces an offer or a result, so in practice
 // only failures leave files behind.
 //
-// On Linux a syncing store writes the files of values of directMin bytes
-// or more with O_DIRECT, past the page cache, through a reused aligned
-// buffer: on the machine where this was measured a 16 MiB value took 12 ms
-// written and synced that way, against 58–67 ms through the page cache,
-// which had to take in 4,096 pages it had not held before. Smaller values
-// go through the page cache, which was as fast or faster for them: 1 MiB
-// delegations took 10–40% longer with direct writes in
-// TestLargePayloadProofs, and as long in kith bench. Since the files are
-// staged (stage.go), direct writes won from 2 MiB: in kith bench, 2 MiB
-// delegations took 20–25 ms against 25–27 ms through the page cache, 4 MiB
-// ones 33–39 ms against 55–57 ms, three runs each; in
-// TestLargePayloadProofs 4 MiB ones took about 10% less. A file system that
-// refuses direct I/O gets buffered writes from then on. A read goes
+// On Linux a syncing store writes every value file with O_DIRECT, past the
+// page cache, through a reused aligned buffer: the file is synced at once
+// and read back rarely (the engine keeps what it just stored), so the page
+// cache holds nothing a later step wants, and taking pages into it is
+// not free. On the machine where this was measured a 16 MiB value took
+// 12 ms written and synced that way, against 58–67 ms through the page
+// cache, which had to take in 4,096 pages it had not held before. Smaller
+// values were first kept buffered, which looked as fast for them in short
+// runs; in a long one the store, which keeps its files, takes fresh pages
+// on every write, and direct writes from fileBlobMin took 10–13% less time
+// and 15–22% less CPU per 1 MiB delegation (BenchmarkLargeDelegation, 100
+// each, three rounds alternating), and as long at 300 KiB. A file system
+// that refuses direct I/O gets buffered writes from then on. A read goes
 // through the page cache.
 //
 // A read checks the file's size and CRC-32C against the reference: a
@@ -117,7 +117,7 @@ func (fb *fileBlobs) putDirectBuf(b []byte) { fb.directBufs <- b }
 // directChunk; the last piece is padded to a whole block and the file cut
 // back to the value's size.
 const (
-	directMin   = 2 << 20
+	directMin   = fileBlobMin // every value file: see above
 	directBlock = 4096
 	directChunk = 4 << 20
 )
