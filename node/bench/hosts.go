@@ -26,6 +26,10 @@ import (
 // echoProtocol is the baseline's protocol: the bytes written come back.
 const echoProtocol = "/kith/bench-echo/1.0.0"
 
+// forwardProtocol is the large payloads' second baseline: the bytes
+// written come back once they have all arrived (store and forward).
+const forwardProtocol = "/kith/bench-forward/1.0.0"
+
 // maxPayload bounds Options.Payload, the small operations' payload; the
 // large phases (Options.Large) carry up to protocol.MaxPayload.
 const maxPayload = 256 << 10
@@ -91,6 +95,7 @@ func newHostPair(ctx context.Context) (_ *hostPair, err error) {
 	}
 	hp.a.SetStreamHandler(echoProtocol, serveEcho)
 	hp.b.SetStreamHandler(echoProtocol, serveEcho)
+	hp.b.SetStreamHandler(forwardProtocol, serveForward)
 
 	var tcpAddrs []ma.Multiaddr
 	for _, a := range hp.b.Addrs() {
@@ -135,6 +140,49 @@ func serveEcho(s network.Stream) {
 		return
 	}
 	_ = s.Close()
+}
+
+// serveForward reads the stream to its end, then writes all of it back
+// and closes: a delegation's shape, which takes its task whole before it
+// answers, without the delegation.
+func serveForward(s network.Stream) {
+	_ = s.SetDeadline(time.Now().Add(ioTimeout))
+	b, err := io.ReadAll(io.LimitReader(s, protocol.MaxPayload))
+	if err == nil {
+		_, err = s.Write(b)
+	}
+	if err != nil {
+		_ = s.Reset()
+		return
+	}
+	_ = s.Close()
+}
+
+// forward is one store-and-forward copy: open a stream from a to b, write
+// the payload and close the writing side, read it all back, close.
+func (hp *hostPair) forward(ctx context.Context, payload, buf []byte) error {
+	s, err := hp.a.NewStream(ctx, hp.b.ID(), forwardProtocol)
+	if err != nil {
+		return err
+	}
+	_ = s.SetDeadline(time.Now().Add(ioTimeout))
+	if _, err := s.Write(payload); err != nil {
+		_ = s.Reset()
+		return fmt.Errorf("forward: %w", err)
+	}
+	if err := s.CloseWrite(); err != nil {
+		_ = s.Reset()
+		return fmt.Errorf("forward: %w", err)
+	}
+	if _, err := io.ReadFull(s, buf[:len(payload)]); err != nil {
+		_ = s.Reset()
+		return fmt.Errorf("forward: %w", err)
+	}
+	if !bytes.Equal(buf[:len(payload)], payload) {
+		_ = s.Reset()
+		return errors.New("forward: the bytes read back differ from those written")
+	}
+	return s.Close()
 }
 
 // echo is one baseline operation: open a stream from a to b, write the
