@@ -280,6 +280,16 @@ func TestDigestSameBytesOnly(t *testing.T) {
 		if (*digest)(nil).sumOf(b) != sha256.Sum256(b) {
 			t.Fatal("nil digest: not SHA-256")
 		}
+		// A digest not begun is computed by get; one begun twice, once.
+		if got := digestLater(b).get(); got != sha256.Sum256(b) {
+			t.Fatalf("%d bytes: a digest not begun gave %x", n, got)
+		}
+		later := digestLater(b)
+		later.begin()
+		later.begin()
+		if later.sumOf(b) != sha256.Sum256(b) {
+			t.Fatalf("%d bytes: a digest begun twice differs from SHA-256", n)
+		}
 	}
 }
 

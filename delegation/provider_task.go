@@ -409,12 +409,16 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	role, id, requester := f.role, f.id, f.requester
 	reason := why.wire
 	events := slices.Concat(f.logged, tail)
+	// The output is hashed first: a large offer's hash is still running
+	// beside it (digestOf), and the two take a core each instead of one
+	// after the other.
+	outSum := protocol.OutputDigest(out)
 	now := e.cfg.Now()
 	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
 		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
 		OfferSHA256: f.offerHash.get(), TranscriptSHA256: transcriptHash(events),
 		Usage: usage, CompletedAt: now, State: state, Turns: proofTurns(events),
-		OutputSHA256: protocol.OutputDigest(out),
+		OutputSHA256: outSum,
 	})
 	if err != nil {
 		e.log.Error("sign result proof", "delegation", id, "err", err)

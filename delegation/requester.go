@@ -175,7 +175,7 @@ func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	// a Reply right after a restart finds it (and waits for the first
 	// attempt to read the log, see outgoing.replyMu).
 	own, cancel := context.WithCancelCause(context.Background())
-	o := &outgoing{cancel: cancel, offerHash: digestOf(d.Offer)}
+	o := &outgoing{cancel: cancel, offerHash: digestLater(d.Offer)} // begun once the offer is out (attempt)
 	e.reqMu.Lock()
 	e.outgoing[d.ID] = o
 	e.reqMu.Unlock()
