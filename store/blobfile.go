@@ -113,9 +113,10 @@ func (fb *fileBlobs) directBuf() []byte {
 
 func (fb *fileBlobs) putDirectBuf(b []byte) { fb.directBufs <- b }
 
-// Direct writes go through a buffer aligned to directBlock, in pieces of
-// directChunk; the last piece is padded to a whole block and the file cut
-// back to the value's size.
+// Direct writes are of whole blocks of directBlock bytes, from the value
+// itself when it is aligned, else through a buffer aligned to directBlock,
+// in pieces of directChunk; the last part block goes through the page
+// cache.
 const (
 	directMin   = fileBlobMin // every value file: see above
 	directBlock = 4096
@@ -217,6 +218,11 @@ func (fb *fileBlobs) write(key, b []byte) (fileRef, error) {
 var errNoDirect = errors.New("direct I/O refused")
 
 // writeDirect writes b to a new file at path with O_DIRECT, and syncs it.
+// Its whole blocks go to the disk past the page cache (writeBlocks); the
+// last part block, if any, goes through the page cache, and the sync
+// writes it. (Padding that block and cutting the file back to b's size
+// cost a read: the file system reads a block it cuts before it zeroes the
+// rest of it, 0.2 ms of the 1.6 ms a 1 MiB file took.)
 func (fb *fileBlobs) writeDirect(path string, b []byte) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oDirect, 0o600)
 	if errors.Is(err, syscall.EINVAL) {
@@ -231,23 +237,18 @@ func (fb *fileBlobs) writeDirect(path string, b []byte) (err error) {
 			err = fmt.Errorf("store: write a blob file: %w", cerr)
 		}
 	}()
-	buf := fb.directBuf()
-	defer fb.putDirectBuf(buf)
-	for off := 0; off < len(b); {
-		n := copy(buf, b[off:])
-		whole := (n + directBlock - 1) &^ (directBlock - 1)
-		clear(buf[n:whole])
-		if _, err := f.Write(buf[:whole]); err != nil {
-			if off == 0 && errors.Is(err, syscall.EINVAL) {
-				_ = os.Remove(path)
-				return errNoDirect // alignment this device does not take
-			}
+	whole := len(b) &^ (directBlock - 1)
+	if err := fb.writeBlocks(f, b[:whole]); err != nil {
+		if errors.Is(err, errNoDirect) {
+			_ = os.Remove(path)
+		}
+		return err
+	}
+	if whole < len(b) {
+		if err := clearDirect(f); err != nil {
 			return fmt.Errorf("store: write a blob file: %w", err)
 		}
-		off += n
-	}
-	if len(b)%directBlock != 0 {
-		if err := f.Truncate(int64(len(b))); err != nil {
+		if _, err := f.Write(b[whole:]); err != nil {
 			return fmt.Errorf("store: write a blob file: %w", err)
 		}
 	}
@@ -255,6 +256,43 @@ func (fb *fileBlobs) writeDirect(path string, b []byte) (err error) {
 		return fmt.Errorf("store: sync a blob file: %w", err)
 	}
 	return nil
+}
+
+// writeBlocks writes b, whole blocks, to f opened with O_DIRECT: straight
+// from b when b is aligned to a block (a large Go allocation is, in
+// practice: every value of the large delegations measured was), else
+// through an aligned buffer, a piece at a time. errNoDirect: the first
+// write was refused for its alignment.
+func (fb *fileBlobs) writeBlocks(f *os.File, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&b[0]))&(directBlock-1) == 0 {
+		n, err := f.Write(b)
+		return directWriteErr(n == 0, err)
+	}
+	buf := fb.directBuf()
+	defer fb.putDirectBuf(buf)
+	for off := 0; off < len(b); {
+		n := copy(buf, b[off:])
+		if _, err := f.Write(buf[:n]); err != nil {
+			return directWriteErr(off == 0, err)
+		}
+		off += n
+	}
+	return nil
+}
+
+// directWriteErr wraps a direct write's error; EINVAL before anything was
+// written is errNoDirect, an alignment the device does not take.
+func directWriteErr(first bool, err error) error {
+	if err == nil {
+		return nil
+	}
+	if first && errors.Is(err, syscall.EINVAL) {
+		return errNoDirect
+	}
+	return fmt.Errorf("store: write a blob file: %w", err)
 }
 
 // writeBuffered writes b to a new file at path through the page cache, and

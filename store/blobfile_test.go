@@ -308,33 +308,50 @@ func TestBlobFileWritePaths(t *testing.T) {
 	}
 }
 
-// TestFileWriter: the writer kith bench times writes exactly the bytes it
-// is given, through the page cache and past it (where the file system
-// takes direct I/O), in files of their exact size.
+// TestFileWriter: the writer kith bench times (the store's own) writes
+// exactly the bytes it is given, through the page cache and past it
+// (where the file system takes direct I/O), in files of their exact size:
+// whole blocks or not, from memory aligned to a block (written from as it
+// is) or not (through the aligned buffer).
 func TestFileWriter(t *testing.T) {
 	dir := t.TempDir()
 	w := NewFileWriter()
-	for i, n := range []int{1, directBlock + 5, directChunk + directBlock + 5} {
-		v := pattern(n, byte(i))
-		for _, direct := range []bool{false, true} {
-			path := filepath.Join(dir, fmt.Sprintf("%d-%v", n, direct))
-			err := w.WriteSynced(path, v, direct)
-			if direct && errors.Is(err, errors.ErrUnsupported) {
-				t.Logf("the file system of %s refused direct I/O", dir)
-				if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
-					t.Errorf("a refused direct write left %s behind: %v", path, err)
-				}
-				continue
-			}
-			mustNoErr(t, err)
-			got, err := os.ReadFile(path)
-			mustNoErr(t, err)
-			if !bytes.Equal(got, v) {
-				t.Errorf("%d bytes, direct %v: read back %d bytes, not what was written", n, direct, len(got))
+	for i, n := range []int{1, directBlock, directBlock + 5, 3 * directBlock, directChunk + directBlock + 5} {
+		aligned := alignedBuffer(n)
+		copy(aligned, pattern(n, byte(i)))
+		unaligned := make([]byte, n+1)[1:]
+		copy(unaligned, aligned)
+		for _, v := range [][]byte{aligned, unaligned} {
+			for _, direct := range []bool{false, true} {
+				path := filepath.Join(dir, fmt.Sprintf("%d-%v-%p", n, direct, &v[0]))
+				writeAndCheck(t, w, path, v, direct)
 			}
 		}
 	}
-	if err := w.WriteSynced(filepath.Join(dir, "1-false"), []byte("x"), false); err == nil {
+	if err := w.WriteSynced(filepath.Join(dir, "exists"), []byte("x"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteSynced(filepath.Join(dir, "exists"), []byte("x"), false); err == nil {
 		t.Error("a write over an existing file succeeded; it must create a new one")
+	}
+}
+
+// writeAndCheck writes v to a new file at path with w, and reads it back.
+func writeAndCheck(t *testing.T, w *FileWriter, path string, v []byte, direct bool) {
+	t.Helper()
+	n := len(v)
+	err := w.WriteSynced(path, v, direct)
+	if direct && errors.Is(err, errors.ErrUnsupported) {
+		t.Logf("the file system of %s refused direct I/O", filepath.Dir(path))
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a refused direct write left %s behind: %v", path, err)
+		}
+		return
+	}
+	mustNoErr(t, err)
+	got, err := os.ReadFile(path)
+	mustNoErr(t, err)
+	if !bytes.Equal(got, v) {
+		t.Errorf("%d bytes, direct %v: read back %d bytes, not what was written", n, direct, len(got))
 	}
 }
