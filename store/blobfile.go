@@ -42,7 +42,7 @@ import (
 // only failures leave files behind.
 //
 // On Linux a syncing store writes every value file with O_DIRECT, past the
-// page cache, through a reused aligned buffer: the file is synced at once
+// page cache (writeDirect): the file is synced at once
 // and read back rarely (the engine keeps what it just stored), so the page
 // cache holds nothing a later step wants, and taking pages into it is
 // not free. On the machine where this was measured a 16 MiB value took
@@ -78,10 +78,11 @@ type fileBlobs struct {
 	// does not take them, and every later file is written buffered.
 	buffered atomic.Bool
 
-	// directBufs holds the aligned buffers direct writes go through, at
-	// most maxDirectBufs: allocated as writes need them, kept for the
-	// store's life (a fresh one per write cost more than the copy it
-	// serves). Staged files (stage.go) are written side by side.
+	// directBufs holds the aligned buffers that direct writes of
+	// unaligned values go through, at most maxDirectBufs: allocated as
+	// writes need them, kept for the store's life (a fresh one per write
+	// cost more than the copy it serves). Staged files (stage.go) are
+	// written side by side.
 	directBufs chan []byte
 	directMu   sync.Mutex
 	directMade int // guarded by directMu
@@ -320,7 +321,8 @@ func (fb *fileBlobs) writeBuffered(path string, b []byte) (err error) {
 
 // FileWriter writes files the way a durable store writes the values it
 // keeps in files of their own: in one write through the page cache, or
-// past it with O_DIRECT through an aligned buffer it reuses, then synced.
+// past it with O_DIRECT (through an aligned buffer it reuses when b is
+// not aligned), then synced.
 // kith bench times both as the disk's floor for making a large payload
 // durable; the store picks one by size (directMin). Not safe for
 // concurrent use.
@@ -329,7 +331,7 @@ type FileWriter struct {
 }
 
 // NewFileWriter returns a FileWriter; its aligned buffer is allocated by
-// the first direct write and kept.
+// the first direct write of an unaligned value and kept.
 func NewFileWriter() *FileWriter {
 	return &FileWriter{fb: fileBlobs{sync: true, directBufs: make(chan []byte, maxDirectBufs)}}
 }
