@@ -42,19 +42,18 @@ import (
 // only failures leave files behind.
 //
 // On Linux a syncing store writes every value file with O_DIRECT, past the
-// page cache (writeDirect): the file is synced at once
-// and read back rarely (the engine keeps what it just stored), so the page
-// cache holds nothing a later step wants, and taking pages into it is
-// not free. On the machine where this was measured a 16 MiB value took
-// 12 ms written and synced that way, against 58–67 ms through the page
-// cache, which had to take in 4,096 pages it had not held before. Smaller
-// values were first kept buffered, which looked as fast for them in short
-// runs; in a long one the store, which keeps its files, takes fresh pages
-// on every write, and direct writes from fileBlobMin took 10–13% less time
-// and 15–22% less CPU per 1 MiB delegation (BenchmarkLargeDelegation, 100
-// each, three rounds alternating), and as long at 300 KiB. A file system
-// that refuses direct I/O gets buffered writes from then on. A read goes
-// through the page cache.
+// page cache (writeDirect): the file is synced at once and read back rarely
+// (the engine keeps what it just stored), so the page cache holds nothing a
+// later step wants, and taking pages into it is not free. On the machine
+// where this was measured a 16 MiB value took 12 ms written and synced that
+// way, against 58–67 ms through the page cache, which had to take in 4,096
+// pages it had not held before. Smaller values were first kept buffered,
+// which looked as fast for them in short runs; in a long one the store,
+// which keeps its files, takes fresh pages on every write, and direct writes
+// from fileBlobMin took 10–13% less time and 15–22% less CPU per 1 MiB
+// delegation (BenchmarkLargeDelegation, 100 each, three rounds alternating),
+// and as long at 300 KiB. A file system that refuses direct I/O gets
+// buffered writes from then on. A read goes through the page cache.
 //
 // A read checks the file's size and CRC-32C against the reference: a
 // missing, short or altered file is ErrCorrupt, never a wrong value. With
@@ -324,7 +323,7 @@ func (fb *fileBlobs) writeBuffered(path string, b []byte) (err error) {
 // past it with O_DIRECT (through an aligned buffer it reuses when b is
 // not aligned), then synced.
 // kith bench times both as the disk's floor for making a large payload
-// durable; the store picks one by size (directMin). Not safe for
+// durable; a syncing store writes past it where it can. Not safe for
 // concurrent use.
 type FileWriter struct {
 	fb fileBlobs
