@@ -321,10 +321,10 @@ func (fb *fileBlobs) writeBuffered(path string, b []byte) (err error) {
 // FileWriter writes files the way a durable store writes the values it
 // keeps in files of their own: in one write through the page cache, or
 // past it with O_DIRECT (through an aligned buffer it reuses when b is
-// not aligned), then synced.
-// kith bench times both as the disk's floor for making a large payload
-// durable; a syncing store writes past it where it can. Not safe for
-// concurrent use.
+// not aligned), then synced. kith bench times both as the disk's floor for
+// making a large payload durable; a syncing store writes past the page
+// cache wherever the file system takes direct I/O. Not safe for concurrent
+// use.
 type FileWriter struct {
 	fb fileBlobs
 }
