@@ -118,7 +118,6 @@ func (fb *fileBlobs) putDirectBuf(b []byte) { fb.directBufs <- b }
 // in pieces of directChunk; the last part block goes through the page
 // cache.
 const (
-	directMin   = fileBlobMin // every value file: see above
 	directBlock = 4096
 	directChunk = 4 << 20
 )
@@ -198,7 +197,7 @@ func validFileName(name string) bool {
 func (fb *fileBlobs) write(key, b []byte) (fileRef, error) {
 	ref := fileRef{size: uint64(len(b)), crc: crc32.Checksum(b, castagnoli)}
 	var err error
-	if oDirect != 0 && fb.sync && len(b) >= directMin && !fb.buffered.Load() {
+	if oDirect != 0 && fb.sync && !fb.buffered.Load() {
 		if ref.name, err = fileName(key); err != nil {
 			return fileRef{}, fmt.Errorf("store: name a blob file: %w", err)
 		}

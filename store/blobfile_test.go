@@ -282,7 +282,7 @@ func TestBlobFileWritePaths(t *testing.T) {
 	for _, buffered := range []bool{false, true} {
 		s, dir := openTest(t, Options{})
 		s.files.buffered.Store(buffered)
-		for i, n := range []int{fileBlobMin + 1, directMin + 1, directChunk + directBlock + 5, 3 * directChunk} {
+		for i, n := range []int{fileBlobMin + 1, 2*fileBlobMin + 7, directChunk + directBlock + 5, 3 * directChunk} {
 			id := protocol.NewDelegationID()
 			v := pattern(n, byte(i))
 			mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: v}))
