@@ -293,7 +293,7 @@ func TestMatchOutput(t *testing.T) {
 		{"digest of other output on a local delegation", protocol.ResultProof{OutputSHA256: protocol.OutputDigest(nil)}, store.Delegation{Offer: offer(false)}, false, false},
 	}
 	for _, c := range cases {
-		err := matchOutput(c.p, c.d, m, c.moved)
+		err := matchOutput(c.p, c.d, outputSum(c.p, m), c.moved)
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrProofInvalid)) {
 			t.Errorf("%s: %v, want ok=%v", c.name, err, c.ok)
 		}

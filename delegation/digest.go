@@ -29,9 +29,11 @@ func digestOf(b []byte) *digest {
 }
 
 // digestLater is digestOf for a hash that should not start yet: a large
-// one starts at begin, or at get. The requester's starts once its offer
-// is out, so that the hash does not take a core from the offer's
-// encryption while it travels, but from the wait for the provider's answer.
+// one starts at begin, or at get. The requester's starts once the result
+// is in (checkProof), beside the output's hash and the result's write: on
+// a machine that runs both sides, begun any earlier it took a core from
+// the offer's encryption or from the provider's own hashes. The
+// provider's starts once its offer's file is being written (serveOffer).
 func digestLater(b []byte) *digest {
 	d := &digest{of: b}
 	if len(b) < digestAsideMin {
@@ -64,10 +66,15 @@ func (d *digest) get() [32]byte {
 	return d.sum
 }
 
+// hashes reports whether d hashes b: the same memory.
+func (d *digest) hashes(b []byte) bool {
+	return d != nil && len(d.of) == len(b) && (len(b) == 0 || &d.of[0] == &b[0])
+}
+
 // sumOf is the SHA-256 of b: d's, when d hashed these very bytes (the same
 // memory), else computed now.
 func (d *digest) sumOf(b []byte) [32]byte {
-	if d == nil || len(d.of) != len(b) || (len(b) > 0 && &d.of[0] != &b[0]) {
+	if !d.hashes(b) {
 		return sha256.Sum256(b)
 	}
 	return d.get()

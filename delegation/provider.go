@@ -310,7 +310,7 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 	now := e.cfg.Now()
 	t := &task{
 		id: key, wire: o.ID, role: store.RoleProvider, requester: remote, trust: trust, offer: o,
-		offerHash: digestOf(raw), profile: p, deadline: now.Add(timeout),
+		offerHash: digestLater(raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
 	lease, rej := e.lease(p, o.ID, false)
@@ -330,6 +330,10 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 	// that stores its record (store/stage.go); runTask drops it if that
 	// write never comes.
 	e.st.StageOffer(store.RoleProvider, key, raw)
+	// Its hash starts after the file's write: the write waits on the disk,
+	// and a write that had to wait for a core behind the hash started up
+	// to a millisecond late per MiB (store.Stage).
+	t.offerHash.begin()
 	// Nothing is acknowledged yet: the task starts at once, and its record
 	// is written (and the accept sent) when it ends or after openDelay,
 	// whichever comes first (see openTask).

@@ -143,7 +143,6 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		}
 		return outcomeRetry, err
 	}
-	o.offerHash.begin()
 	if first != nil {
 		e.trace(Sent, d.Peer, first)
 	}

@@ -66,12 +66,29 @@ func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationRes
 	if err != nil {
 		return err
 	}
-	return matchProof(p, d, offerHash.sumOf(d.Offer), e.id.PeerID(), m, transcript, moved)
+	// The two hashes run side by side, the offer's on a goroutine of its
+	// own, while the result's file is written (acceptResult). The offer's
+	// starts only now: begun while the provider worked, it took a core
+	// from the provider's own hashes on a machine that runs both.
+	if offerHash.hashes(d.Offer) {
+		offerHash.begin()
+	}
+	outSum := outputSum(p, m)
+	return matchProof(p, d, offerHash.sumOf(d.Offer), outSum, e.id.PeerID(), m, transcript, moved)
+}
+
+// outputSum is the digest of m's output when the proof binds one, and zero
+// when it binds none: there is nothing to compare it with then.
+func outputSum(p protocol.ResultProof, m *protocol.DelegationResult) [32]byte {
+	if p.OutputSHA256 == ([32]byte{}) {
+		return [32]byte{}
+	}
+	return protocol.OutputDigest(m.Output)
 }
 
 // matchProof checks a verified proof against the delegation d, whose
-// offer's SHA-256 is offerSum.
-func matchProof(p protocol.ResultProof, d store.Delegation, offerSum [32]byte, requester peer.ID, m *protocol.DelegationResult, events []store.Event, moved bool) error {
+// offer's SHA-256 is offerSum; outSum is outputSum(p, m).
+func matchProof(p protocol.ResultProof, d store.Delegation, offerSum, outSum [32]byte, requester peer.ID, m *protocol.DelegationResult, events []store.Event, moved bool) error {
 	switch {
 	case p.DelegationID != d.ID:
 		return fmt.Errorf("%w: proof names delegation %s", ErrProofInvalid, p.DelegationID)
@@ -90,7 +107,7 @@ func matchProof(p protocol.ResultProof, d store.Delegation, offerSum [32]byte, r
 	case p.Turns != proofTurns(events):
 		return fmt.Errorf("%w: proof covers %d turns, this node logged %d", ErrProofInvalid, max(p.Turns, 1), max(proofTurns(events), 1))
 	}
-	return matchOutput(p, d, m, moved)
+	return matchOutput(p, d, outSum, moved)
 }
 
 // matchOutput checks that the proof binds the result's output. A provider
@@ -102,14 +119,14 @@ func matchProof(p protocol.ResultProof, d store.Delegation, offerSum [32]byte, r
 // provider may be older), and of this node's own local delegations stored
 // by a version before 1.3 (this node signs the digest now, and is checked
 // against it whenever it did).
-func matchOutput(p protocol.ResultProof, d store.Delegation, m *protocol.DelegationResult, moved bool) error {
+func matchOutput(p protocol.ResultProof, d store.Delegation, outSum [32]byte, moved bool) error {
 	if p.OutputSHA256 == ([32]byte{}) {
 		if !d.Remote || !offeredMultiTurn(d.Offer) || moved {
 			return nil
 		}
 		return fmt.Errorf("%w: the proof binds no output (a provider speaking %s must)", ErrProofInvalid, protocol.MultiTurn)
 	}
-	if p.OutputSHA256 != protocol.OutputDigest(m.Output) {
+	if p.OutputSHA256 != outSum {
 		return fmt.Errorf("%w: output differs from the output the provider signed", ErrProofInvalid)
 	}
 	return nil

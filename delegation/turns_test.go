@@ -161,7 +161,7 @@ func TestMultiTurnOverMesh(t *testing.T) {
 			forged := append([]store.Event(nil), evs...)
 			c, _ := protocol.EncodeMessage(&protocol.DelegationContinue{ID: id, Turn: 2, Task: textTask("French")})
 			forged[i].Data = c
-			if err := matchProof(p, d, sha256.Sum256(d.Offer), req.id.PeerID(), r, forged, false); !errors.Is(err, ErrProofInvalid) {
+			if err := matchProof(p, d, sha256.Sum256(d.Offer), outputSum(p, r), req.id.PeerID(), r, forged, false); !errors.Is(err, ErrProofInvalid) {
 				t.Fatalf("a forged answer verifies: %v", err)
 			}
 		}
