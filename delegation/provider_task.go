@@ -355,6 +355,33 @@ type finishing struct {
 	abort     func() // ends the requester's stream when create cannot be stored
 }
 
+// aheadMin is the output from which a result is encoded before its proof
+// is signed (encodeAhead).
+const aheadMin = 256 << 10
+
+// encodeAhead encodes a large result before its proof (p, all but its
+// digests) is signed, with room for the proof (protocol.ResultAhead), and
+// stages its file (store.StageResultAhead): the bytes before the proof are
+// written while the output and the offer are hashed, which took as long
+// as the write itself after them. It returns nil, and a complete that does
+// nothing, for a smaller result, one the test hook mutates, or one it
+// cannot encode so (encoded the usual way then, after signing).
+func (e *providerHalf) encodeAhead(role store.Role, id protocol.DelegationID, res *protocol.DelegationResult, p protocol.ResultProof) (*protocol.ResultAhead, func(bool)) {
+	none := func(bool) {}
+	if e.mutateResult != nil || protocol.PayloadSize(res.Output) < aheadMin {
+		return nil, none
+	}
+	n, err := protocol.ResultProofLen(p)
+	if err != nil {
+		return nil, none
+	}
+	a, err := protocol.EncodeResultAhead(res, n)
+	if err != nil {
+		return nil, none
+	}
+	return a, e.st.StageResultAhead(role, id, a.Bytes(), a.ProofAt())
+}
+
 // emitStatus persists a status (streamed output) and then sends it; the
 // first one of a pending task goes out with its opening, in one write.
 func (e *providerHalf) emitStatus(t *task, st *protocol.DelegationStatus) error {
@@ -409,29 +436,38 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	role, id, requester := f.role, f.id, f.requester
 	reason := why.wire
 	events := slices.Concat(f.logged, tail)
+	p := protocol.ResultProof{
+		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
+		TranscriptSHA256: transcriptHash(events),
+		Usage:            usage, CompletedAt: e.cfg.Now(), State: state, Turns: proofTurns(events),
+	}
+	res := &protocol.DelegationResult{ID: f.wire, State: state, Output: out, Usage: usage, Duration: took, Reason: reason}
+	ahead, complete := e.encodeAhead(role, id, res, p)
+	defer complete(false) // on every path; after complete(true) below, too late to count
 	// The output is hashed first: a large offer's hash is still running
 	// beside it (digestOf), and the two take a core each instead of one
 	// after the other.
-	outSum := protocol.OutputDigest(out)
-	now := e.cfg.Now()
-	proof, err := protocol.SignResultProof(e.id, protocol.ResultProof{
-		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
-		OfferSHA256: f.offerHash.get(), TranscriptSHA256: transcriptHash(events),
-		Usage: usage, CompletedAt: now, State: state, Turns: proofTurns(events),
-		OutputSHA256: outSum,
-	})
+	p.OutputSHA256 = protocol.OutputDigest(out)
+	p.OfferSHA256 = f.offerHash.get()
+	proof, err := protocol.SignResultProof(e.id, p)
 	if err != nil {
 		e.log.Error("sign result proof", "delegation", id, "err", err)
 		return
 	}
-	res := &protocol.DelegationResult{ID: f.wire, State: state, Output: out, Usage: usage, Duration: took, Proof: proof, Reason: reason}
-	if e.mutateResult != nil {
-		e.mutateResult(res)
-	}
-	raw, err := protocol.EncodeMessage(res)
-	if err != nil {
-		e.log.Error("encode result", "delegation", id, "err", err)
-		return
+	res.Proof = proof
+	var raw []byte
+	if ahead != nil && ahead.SetProof(proof) {
+		raw = ahead.Bytes()
+		complete(true)
+	} else {
+		complete(false)
+		if e.mutateResult != nil {
+			e.mutateResult(res)
+		}
+		if raw, err = protocol.EncodeMessage(res); err != nil {
+			e.log.Error("encode result", "delegation", id, "err", err)
+			return
+		}
 	}
 	resultEv := store.Event{Type: EventResult, State: state}
 	if f.create != nil {

@@ -1,8 +1,11 @@
 package protocol
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -198,5 +201,24 @@ func TestOutputDigestFraming(t *testing.T) {
 		if OutputDigest(o) != d {
 			t.Errorf("output %d: digest not deterministic", i)
 		}
+	}
+}
+
+// OutputDigest is the framing its comment gives, byte for byte: each part
+// its kind, then each field as a uvarint length and the bytes. A text
+// longer than any buffer it might go through is hashed whole.
+func TestOutputDigestFrames(t *testing.T) {
+	long := strings.Repeat("0123456789abcdef", 1000) + "tail"
+	parts := []Part{TextPart(long), DataPart([]byte("xyz")), TextPart("")}
+	var want []byte
+	want = append(want, byte(PartText))
+	want = binary.AppendUvarint(want, uint64(len(long)))
+	want = append(want, long...)
+	want = append(want, byte(PartData))
+	want = binary.AppendUvarint(want, 3)
+	want = append(want, "xyz"...)
+	want = append(want, byte(PartText), 0)
+	if got := OutputDigest(parts); got != sha256.Sum256(want) {
+		t.Fatalf("digest %x, want %x (SHA-256 of the framed parts)", got, sha256.Sum256(want))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -142,16 +143,13 @@ func OutputDigest(parts []Part) [32]byte {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
 		h.Write(b)
 	}
-	// A text goes in through a small buffer: converting a megabyte of
-	// output to []byte would copy and allocate all of it.
-	var buf [4096]byte
+	// A text goes in as it is: the hash only reads what it is given and
+	// keeps none of it, so the string's own memory serves (converting a
+	// megabyte of output to []byte would copy all of it, and so did a
+	// small buffer a piece at a time).
 	text := func(s string) {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-		for len(s) > 0 {
-			k := copy(buf[:], s)
-			h.Write(buf[:k])
-			s = s[k:]
-		}
+		h.Write(unsafe.Slice(unsafe.StringData(s), len(s)))
 	}
 	for _, p := range parts {
 		h.Write([]byte{byte(p.Kind)})

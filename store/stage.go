@@ -37,7 +37,24 @@ type staged struct {
 	done  chan struct{}
 	ref   fileRef // once done, if err is nil
 	err   error
+	// rest, for a value staged ahead (StageResultAhead), takes the one
+	// answer finish gives: b is final (true) or dropped.
+	rest chan bool
+	once sync.Once
 }
+
+// finish tells the write of a value staged ahead that its bytes are all
+// final (true) or that it is dropped (false); only the first call counts.
+// It does nothing for a value staged whole.
+func (x *staged) finish(final bool) {
+	if x.rest == nil {
+		return
+	}
+	x.once.Do(func() { x.rest <- final })
+}
+
+// final waits for finish's answer.
+func (x *staged) final() bool { return <-x.rest }
 
 // stageSet is a disk store's staged files, by blob key.
 type stageSet struct {
@@ -59,6 +76,23 @@ func (s *Store) StageOffer(role Role, id protocol.DelegationID, b []byte) {
 // StageResult is StageOffer for the delegation's result.
 func (s *Store) StageResult(role Role, id protocol.DelegationID, b []byte) {
 	s.stage(blobKey(role, id, blobResult), string(delegationKey(role, id)), b)
+}
+
+// StageResultAhead is StageResult for a result whose bytes are final only
+// below ready (protocol.ResultAhead) until the caller calls complete: with
+// true once all of b is final, with false to drop it. Where the file is
+// written past the page cache, its whole blocks below ready are written
+// at once, while the caller computes the rest. The caller must call
+// complete before it stores the result, and on every path: the write
+// waits for it, and so do the store's writes for the delegation and its
+// Close. Only the first call counts; where nothing is staged, complete
+// does nothing.
+func (s *Store) StageResultAhead(role Role, id protocol.DelegationID, b []byte, ready int) (complete func(final bool)) {
+	x := s.stageAhead(blobKey(role, id, blobResult), string(delegationKey(role, id)), b, ready)
+	if x == nil {
+		return func(bool) {}
+	}
+	return x.finish
 }
 
 // DropStaged removes the files staged for the delegation (role, id) that no
@@ -86,21 +120,33 @@ func (s *Store) DropStaged(role Role, id protocol.DelegationID) {
 // stage starts writing b to key's file, unless b (the same slice) is
 // staged there already; other bytes staged there are dropped.
 func (s *Store) stage(key []byte, owner string, b []byte) {
+	s.stageAhead(key, owner, b, len(b))
+}
+
+// stageAhead is stage for a b final only below ready until the returned
+// entry's finish says (StageResultAhead); ready at len(b) or beyond, b is
+// final now. It returns nil when it stages nothing.
+func (s *Store) stageAhead(key []byte, owner string, b []byte, ready int) *staged {
 	fb := s.files
 	if fb == nil || len(b) < fileBlobMin || len(b) > s.maxValue {
-		return
+		return nil
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return
+		return nil
 	}
 	x := &staged{owner: owner, b: b, done: make(chan struct{})}
+	var final func() bool
+	if ready < len(b) {
+		x.rest = make(chan bool, 1)
+		final = x.final
+	}
 	st := &fb.staged
 	st.mu.Lock()
 	if st.closed {
 		st.mu.Unlock()
-		return
+		return nil
 	}
 	if st.m == nil {
 		st.m = map[string]*staged{}
@@ -108,7 +154,7 @@ func (s *Store) stage(key []byte, owner string, b []byte) {
 	old := st.m[string(key)]
 	if old != nil && sameSlice(old.b, b) {
 		st.mu.Unlock()
-		return
+		return old
 	}
 	st.m[string(key)] = x
 	st.wg.Add(1)
@@ -120,7 +166,7 @@ func (s *Store) stage(key []byte, owner string, b []byte) {
 	go func() {
 		defer st.wg.Done()
 		defer close(x.done)
-		x.ref, x.err = fb.write(key, b)
+		x.ref, x.err = fb.writeAhead(key, b, ready, final)
 		if x.err == nil {
 			x.err = fb.syncDir()
 		}
@@ -131,6 +177,7 @@ func (s *Store) stage(key []byte, owner string, b []byte) {
 	// the disk stood idle. Yielding once runs it now; it gives the core back
 	// as soon as its write waits on the disk.
 	runtime.Gosched()
+	return x
 }
 
 // awaitStaged waits for the writes staged for the delegations whose keys
@@ -197,6 +244,7 @@ func sameSlice(a, b []byte) bool {
 // ended. The file was never named by a commit, so no reader can be
 // reading it.
 func (s *Store) discard(x *staged) {
+	x.finish(false) // a value staged ahead and never finished: its write ends now
 	s.metrics.fileWritten("dropped")
 	fb := s.files
 	remove := func() {

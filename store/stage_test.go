@@ -3,9 +3,12 @@ package store
 import (
 	"bytes"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -179,5 +182,88 @@ func TestStagedDropDuringClose(t *testing.T) {
 		if got := blobFiles(t, dir); len(got) != 0 {
 			t.Fatalf("after drops and close, blob files %q, want none", got)
 		}
+	}
+}
+
+// TestStagedAhead: a result staged ahead, its bytes final only below
+// ready until complete(true), is stored with the bytes it holds then, from
+// the one file, also after a restart: from aligned memory and not, with
+// whole blocks before ready or none. complete(false), or Close before
+// complete, leaves no file and stores nothing; complete after Close
+// neither blocks nor fails.
+func TestStagedAhead(t *testing.T) {
+	opts, m := withMetrics()
+	s, dir := openTest(t, opts)
+	type stored struct {
+		id protocol.DelegationID
+		b  []byte
+	}
+	var all []stored
+	for _, n := range []int{1 << 20, 1<<20 + 777, 300 << 10} {
+		for _, ready := range []int{n - 500, 100} {
+			for _, b := range [][]byte{alignedBuffer(n), make([]byte, n+1)[1:]} {
+				copy(b, pattern(n, byte(n)))
+				id := protocol.NewDelegationID()
+				before := blobFiles(t, dir)
+				complete := s.StageResultAhead(RoleProvider, id, b, ready)
+				if head := int64(ready &^ (directBlock - 1)); head > 0 && !s.files.buffered.Load() {
+					waitAhead(t, dir, before, head)
+				}
+				copy(b[ready:], pattern(n-ready, 7)) // the rest is written now
+				complete(true)
+				complete(false) // too late: the first call counts
+				mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Result: b}))
+				all = append(all, stored{id, bytes.Clone(b)})
+			}
+		}
+	}
+	if got, want := m.ValueFiles(), map[string]uint64{"staged": uint64(len(all))}; !maps.Equal(got, want) {
+		t.Fatalf("value files %v, want %v: each result written once, ahead", got, want)
+	}
+
+	dropped := protocol.NewDelegationID()
+	complete := s.StageResultAhead(RoleProvider, dropped, pattern(1<<20, 1), 1<<19)
+	complete(false)
+	left := protocol.NewDelegationID()
+	late := s.StageResultAhead(RoleProvider, left, pattern(1<<20, 2), 1<<19)
+	mustNoErr(t, s.Close()) // does not wait for late
+	late(true)
+	if got := blobFiles(t, dir); len(got) != len(all) {
+		t.Fatalf("%d blob files, want the %d stored", len(got), len(all))
+	}
+
+	s = openAt(t, dir, Options{})
+	for i, x := range all {
+		d, err := s.GetDelegation(RoleProvider, x.id)
+		mustNoErr(t, err)
+		if !bytes.Equal(d.Result, x.b) {
+			t.Fatalf("result %d: read back %d bytes, not the final ones", i, len(d.Result))
+		}
+	}
+	for _, id := range []protocol.DelegationID{dropped, left} {
+		if _, err := s.GetDelegation(RoleProvider, id); err == nil {
+			t.Fatal("a result staged ahead and never stored stored a delegation")
+		}
+	}
+}
+
+// waitAhead waits for a blob file not among before to hold head bytes: a
+// value staged ahead is written before it is final.
+func waitAhead(t *testing.T, dir string, before []string, head int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, name := range blobFiles(t, dir) {
+			if slices.Contains(before, name) {
+				continue
+			}
+			if fi, err := os.Stat(filepath.Join(dir, blobDirName, name)); err == nil && fi.Size() >= head {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no file holds the %d bytes final before complete", head)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
