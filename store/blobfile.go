@@ -276,16 +276,19 @@ func (fb *fileBlobs) writeDirect(path string, b []byte, ready int, g *gate) (crc
 			_ = os.Remove(path)
 		}
 	}()
+	// Allocated to its size, the file takes its writes and its sync
+	// through AIO, which hold no P while the disk works (aio_linux.go).
+	async := preallocate(f, int64(len(b)))
 	head := min(ready, len(b)) &^ (directBlock - 1)
 	whole := len(b) &^ (directBlock - 1)
-	if err := fb.writeBlocks(f, b[:head]); err != nil {
+	if err := fb.writeBlocks(f, b[:head], 0, async); err != nil {
 		return 0, err
 	}
 	crc = crc32.Update(0, castagnoli, b[:head])
 	if !g.wait() {
 		return 0, errDropped
 	}
-	if err := fb.writeBlocks(f, b[head:whole]); err != nil {
+	if err := fb.writeBlocks(f, b[head:whole], int64(head), async); err != nil {
 		return 0, err
 	}
 	crc = crc32.Update(crc, castagnoli, b[head:])
@@ -293,14 +296,25 @@ func (fb *fileBlobs) writeDirect(path string, b []byte, ready int, g *gate) (crc
 		if err := clearDirect(f); err != nil {
 			return 0, fmt.Errorf("store: write a blob file: %w", err)
 		}
-		if _, err := f.Write(b[whole:]); err != nil {
+		if _, err := f.WriteAt(b[whole:], int64(whole)); err != nil {
 			return 0, fmt.Errorf("store: write a blob file: %w", err)
 		}
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncFile(f, async, false); err != nil {
 		return 0, fmt.Errorf("store: sync a blob file: %w", err)
 	}
 	return crc, nil
+}
+
+// syncFile syncs f: through AIO when async (fdatasync, or with all every
+// attribute), else with File.Sync.
+func syncFile(f *os.File, async, all bool) error {
+	if async {
+		if err, ok := aioSync(f, all); ok {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 // writeBlocks writes b, whole blocks, to f opened with O_DIRECT: straight
@@ -308,24 +322,46 @@ func (fb *fileBlobs) writeDirect(path string, b []byte, ready int, g *gate) (crc
 // practice: every value of the large delegations measured was), else
 // through an aligned buffer, a piece at a time. errNoDirect: the first
 // write was refused for its alignment.
-func (fb *fileBlobs) writeBlocks(f *os.File, b []byte) error {
+func (fb *fileBlobs) writeBlocks(f *os.File, b []byte, at int64, async bool) error {
 	if len(b) == 0 {
 		return nil
 	}
 	if uintptr(unsafe.Pointer(&b[0]))&(directBlock-1) == 0 {
-		n, err := f.Write(b)
-		return directWriteErr(n == 0, err)
+		return directWriteErr(writeAt(f, b, at, async))
 	}
 	buf := fb.directBuf()
 	defer fb.putDirectBuf(buf)
 	for off := 0; off < len(b); {
 		n := copy(buf, b[off:])
-		if _, err := f.Write(buf[:n]); err != nil {
-			return directWriteErr(off == 0, err)
+		if first, err := writeAt(f, buf[:n], at+int64(off), async); err != nil {
+			return directWriteErr(first && off == 0, err)
 		}
 		off += n
 	}
 	return nil
+}
+
+// writeAt writes all of b at off in f, through AIO when async; first
+// reports that the error, if any, came before any byte was written.
+func writeAt(f *os.File, b []byte, off int64, async bool) (first bool, err error) {
+	for done := 0; done < len(b); {
+		var n int
+		ok := false
+		if async {
+			n, err, ok = aioWrite(f, b[done:], off+int64(done))
+		}
+		if !ok {
+			n, err = f.WriteAt(b[done:], off+int64(done))
+		}
+		if err == nil && n <= 0 {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return done == 0 && n <= 0, err
+		}
+		done += n
+	}
+	return false, nil
 }
 
 // directWriteErr wraps a direct write's error; EINVAL before anything was
@@ -413,7 +449,7 @@ func syncDirectory(dir string) error {
 	if err != nil {
 		return fmt.Errorf("store: sync %s: %w", dir, err)
 	}
-	err = d.Sync()
+	err = syncFile(d, true, true)
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}

@@ -316,15 +316,21 @@ func TestBlobFileWritePaths(t *testing.T) {
 func TestFileWriter(t *testing.T) {
 	dir := t.TempDir()
 	w := NewFileWriter()
-	for i, n := range []int{1, directBlock, directBlock + 5, 3 * directBlock, directChunk + directBlock + 5} {
-		aligned := alignedBuffer(n)
-		copy(aligned, pattern(n, byte(i)))
-		unaligned := make([]byte, n+1)[1:]
-		copy(unaligned, aligned)
-		for _, v := range [][]byte{aligned, unaligned} {
-			for _, direct := range []bool{false, true} {
-				path := filepath.Join(dir, fmt.Sprintf("%d-%v-%p", n, direct, &v[0]))
-				writeAndCheck(t, w, path, v, direct)
+	t.Cleanup(func() { aioOff.Store(false) })
+	for _, blocking := range []bool{false, true} {
+		// Direct writes go through AIO where the kernel has it
+		// (aio_linux.go), and the blocking way where it does not.
+		aioOff.Store(blocking)
+		for i, n := range []int{1, directBlock, directBlock + 5, 3 * directBlock, directChunk + directBlock + 5} {
+			aligned := alignedBuffer(n)
+			copy(aligned, pattern(n, byte(i)))
+			unaligned := make([]byte, n+1)[1:]
+			copy(unaligned, aligned)
+			for _, v := range [][]byte{aligned, unaligned} {
+				for _, direct := range []bool{false, true} {
+					path := filepath.Join(dir, fmt.Sprintf("%d-%v-%v-%p", n, direct, blocking, &v[0]))
+					writeAndCheck(t, w, path, v, direct)
+				}
 			}
 		}
 	}
