@@ -117,10 +117,11 @@ func preallocate(f *os.File, size int64) bool {
 	return true
 }
 
-// aioWrite writes b at off in f through AIO and waits for it; ok is false
-// when it could not submit the write (nothing was written then).
-func aioWrite(f *os.File, b []byte, off int64) (n int, err error, ok bool) {
-	res, err, ok := processAIO().run(f, iocbCmdPwrite, b, off)
+// aioWrite writes b at off in f through AIO and waits for it, running
+// meanwhile (if set) while the write is in flight; ok is false when it
+// could not submit the write (nothing was written, nothing run, then).
+func aioWrite(f *os.File, b []byte, off int64, meanwhile func()) (n int, err error, ok bool) {
+	res, err, ok := processAIO().run(f, iocbCmdPwrite, b, off, meanwhile)
 	return int(res), err, ok
 }
 
@@ -131,12 +132,13 @@ func aioSync(f *os.File, all bool) (err error, ok bool) {
 	if all {
 		op = iocbCmdFsync
 	}
-	_, err, ok = processAIO().run(f, op, nil, 0)
+	_, err, ok = processAIO().run(f, op, nil, 0, nil)
 	return err, ok
 }
 
-// run submits one request and waits for its result.
-func (a *aioCtx) run(f *os.File, op uint16, b []byte, off int64) (int64, error, bool) {
+// run submits one request, runs meanwhile (if set), and waits for the
+// request's result.
+func (a *aioCtx) run(f *os.File, op uint16, b []byte, off int64, meanwhile func()) (int64, error, bool) {
 	if a == nil {
 		return 0, nil, false
 	}
@@ -166,6 +168,9 @@ func (a *aioCtx) run(f *os.File, op uint16, b []byte, off int64) (int64, error, 
 	}
 	// Submitted: the kernel holds b until the request completes, so this
 	// waits for it whatever happens.
+	if meanwhile != nil {
+		meanwhile()
+	}
 	var cnt [8]byte
 	_, rerr := ev.f.Read(cnt[:])
 	res := a.reap(data)

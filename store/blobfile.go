@@ -281,17 +281,16 @@ func (fb *fileBlobs) writeDirect(path string, b []byte, ready int, g *gate) (crc
 	async := preallocate(f, int64(len(b)))
 	head := min(ready, len(b)) &^ (directBlock - 1)
 	whole := len(b) &^ (directBlock - 1)
-	if err := fb.writeBlocks(f, b[:head], 0, async); err != nil {
+	// Each part's CRC is computed while its write is in flight.
+	if err := fb.writeBlocks(f, b[:head], 0, async, func() { crc = crc32.Update(0, castagnoli, b[:head]) }); err != nil {
 		return 0, err
 	}
-	crc = crc32.Update(0, castagnoli, b[:head])
 	if !g.wait() {
 		return 0, errDropped
 	}
-	if err := fb.writeBlocks(f, b[head:whole], int64(head), async); err != nil {
+	if err := fb.writeBlocks(f, b[head:whole], int64(head), async, func() { crc = crc32.Update(crc, castagnoli, b[head:]) }); err != nil {
 		return 0, err
 	}
-	crc = crc32.Update(crc, castagnoli, b[head:])
 	if whole < len(b) {
 		if err := clearDirect(f); err != nil {
 			return 0, fmt.Errorf("store: write a blob file: %w", err)
@@ -322,20 +321,25 @@ func syncFile(f *os.File, async, all bool) error {
 // practice: every value of the large delegations measured was), else
 // through an aligned buffer, a piece at a time. errNoDirect: the first
 // write was refused for its alignment.
-func (fb *fileBlobs) writeBlocks(f *os.File, b []byte, at int64, async bool) error {
+//
+// meanwhile runs once, while the first write is in flight where it goes
+// through AIO, else after it (or at once, for no b).
+func (fb *fileBlobs) writeBlocks(f *os.File, b []byte, at int64, async bool, meanwhile func()) error {
 	if len(b) == 0 {
+		meanwhile()
 		return nil
 	}
 	if uintptr(unsafe.Pointer(&b[0]))&(directBlock-1) == 0 {
-		return directWriteErr(writeAt(f, b, at, async))
+		return directWriteErr(writeAt(f, b, at, async, meanwhile))
 	}
 	buf := fb.directBuf()
 	defer fb.putDirectBuf(buf)
 	for off := 0; off < len(b); {
 		n := copy(buf, b[off:])
-		if first, err := writeAt(f, buf[:n], at+int64(off), async); err != nil {
+		if first, err := writeAt(f, buf[:n], at+int64(off), async, meanwhile); err != nil {
 			return directWriteErr(first && off == 0, err)
 		}
+		meanwhile = nil
 		off += n
 	}
 	return nil
@@ -343,12 +347,21 @@ func (fb *fileBlobs) writeBlocks(f *os.File, b []byte, at int64, async bool) err
 
 // writeAt writes all of b at off in f, through AIO when async; first
 // reports that the error, if any, came before any byte was written.
-func writeAt(f *os.File, b []byte, off int64, async bool) (first bool, err error) {
+// meanwhile, if set, runs once: while the first write is in flight where
+// it goes through AIO, else after it.
+func writeAt(f *os.File, b []byte, off int64, async bool, meanwhile func()) (first bool, err error) {
+	once := func() {
+		if meanwhile != nil {
+			meanwhile()
+			meanwhile = nil
+		}
+	}
+	defer once()
 	for done := 0; done < len(b); {
 		var n int
 		ok := false
 		if async {
-			n, err, ok = aioWrite(f, b[done:], off+int64(done))
+			n, err, ok = aioWrite(f, b[done:], off+int64(done), once)
 		}
 		if !ok {
 			n, err = f.WriteAt(b[done:], off+int64(done))

@@ -24,6 +24,6 @@ var aioOff atomic.Bool
 // here (aio_linux.go).
 func preallocate(*os.File, int64) bool { return false }
 
-func aioWrite(*os.File, []byte, int64) (int, error, bool) { return 0, nil, false }
+func aioWrite(*os.File, []byte, int64, func()) (int, error, bool) { return 0, nil, false }
 
 func aioSync(*os.File, bool) (error, bool) { return nil, false }
