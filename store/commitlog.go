@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -144,8 +145,16 @@ func openCommitLog(dir string) (*commitLog, [][]byte, error) {
 // writeAt writes b at off. A file system that took O_DIRECT at open but
 // refuses the write (an alignment it does not take) gets the log reopened
 // without it, and the write again.
+//
+// A direct write goes through AIO where the kernel has it: it is as
+// synced as the blocking one (O_DSYNC holds for it: the kernel completes
+// it once its data is on the disk), and the committer waits for it
+// without holding a P, so that the delegations the batch carries, and
+// the next batch's, go on running on every core (aio_linux.go). The log's
+// blocks are written before it writes there again, so only a write that
+// grows the file waits the blocking way in the kernel.
 func (l *commitLog) writeAt(b []byte, off int64) error {
-	_, err := l.f.WriteAt(b, off)
+	err := l.pwrite(b, off)
 	if err != nil && l.direct && errors.Is(err, syscall.EINVAL) {
 		f, oerr := os.OpenFile(filepath.Join(l.dir, logFileName), os.O_WRONLY|oDSync, 0)
 		if oerr != nil {
@@ -158,6 +167,19 @@ func (l *commitLog) writeAt(b []byte, off int64) error {
 	if err == nil && l.sync {
 		err = l.f.Sync()
 	}
+	return err
+}
+
+func (l *commitLog) pwrite(b []byte, off int64) error {
+	if l.direct {
+		if n, err, ok := aioWrite(l.f, b, off, nil); ok {
+			if err == nil && n != len(b) {
+				err = io.ErrShortWrite
+			}
+			return err
+		}
+	}
+	_, err := l.f.WriteAt(b, off)
 	return err
 }
 
