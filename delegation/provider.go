@@ -332,7 +332,7 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 	e.st.StageOffer(store.RoleProvider, key, raw)
 	// Its hash starts after the file's write: the write waits on the disk,
 	// and a write that had to wait for a core behind the hash started up
-	// to a millisecond late per MiB (store.Stage).
+	// to a millisecond late per MiB (store/stage.go).
 	t.offerHash.begin()
 	// Nothing is acknowledged yet: the task starts at once, and its record
 	// is written (and the accept sent) when it ends or after openDelay,

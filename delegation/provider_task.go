@@ -362,9 +362,9 @@ const aheadMin = 256 << 10
 // encodeAhead encodes a large result before its proof (p, all but its
 // digests) is signed, with room for the proof (protocol.ResultAhead), and
 // stages its file (store.StageResultAhead): the bytes before the proof are
-// written while the output and the offer are hashed, which took as long
-// as the write itself after them. It returns nil, and a complete that does
-// nothing, for a smaller result, one the test hook mutates, or one it
+// written while the output and the offer are hashed, where the write began
+// only after them and the encoding. It returns nil, and a complete that
+// does nothing, for a smaller result, one the test hook mutates, or one it
 // cannot encode so (encoded the usual way then, after signing).
 func (e *providerHalf) encodeAhead(role store.Role, id protocol.DelegationID, res *protocol.DelegationResult, p protocol.ResultProof) (*protocol.ResultAhead, func(bool)) {
 	none := func(bool) {}

@@ -55,6 +55,11 @@ import (
 // and as long at 300 KiB. A file system that refuses direct I/O gets
 // buffered writes from then on. A read goes through the page cache.
 //
+// A direct file is allocated to its size first, and then written and
+// synced through Linux AIO where the kernel takes it (aio_linux.go): a
+// goroutine blocked in write(2) held its P, the right to run Go code, for
+// the whole write, which on two cores left the hashes beside it no core.
+//
 // A read checks the file's size and CRC-32C against the reference: a
 // missing, short or altered file is ErrCorrupt, never a wrong value. With
 // Options.NoSync neither the files nor the directory are synced: a machine

@@ -174,8 +174,9 @@ func (s *Store) stageAhead(key []byte, owner string, b []byte, ready int) *stage
 	// The write goes first: what the caller does next is CPU work (hashes,
 	// encryption), and on a busy machine the new goroutine otherwise waited
 	// behind it for a core, up to a millisecond per MiB of that work, while
-	// the disk stood idle. Yielding once runs it now; it gives the core back
-	// as soon as its write waits on the disk.
+	// the disk stood idle. Yielding once runs it now; it leaves the core as
+	// soon as its write waits on the disk (and its P too, where the write
+	// goes through AIO: aio_linux.go).
 	runtime.Gosched()
 	return x
 }
