@@ -42,27 +42,35 @@ const (
 // iocb is the kernel's struct iocb (linux/aio_abi.h), little-endian
 // layout, which every architecture Go runs Linux on with AIO shares.
 type iocb struct {
-	data      uint64
-	key       uint32
-	rwFlags   int32
-	opcode    uint16
-	reqprio   int16
-	fildes    uint32
-	buf       uint64
-	nbytes    uint64
-	offset    int64
-	reserved2 uint64
-	flags     uint32
-	resfd     uint32
+	data   uint64
+	_      uint32 // aio_key
+	_      int32  // aio_rw_flags
+	opcode uint16
+	_      int16 // aio_reqprio
+	fildes uint32
+	buf    uint64
+	nbytes uint64
+	offset int64
+	_      uint64 // aio_reserved2
+	flags  uint32
+	resfd  uint32
 }
 
 // ioEvent is struct io_event.
 type ioEvent struct {
 	data uint64
-	obj  uint64
+	_    uint64 // obj
 	res  int64
-	res2 int64
+	_    int64 // res2
 }
+
+// The kernel's sizes of the two: another size fails the build.
+var (
+	_ [64 - unsafe.Sizeof(iocb{})]struct{}
+	_ [unsafe.Sizeof(iocb{}) - 64]struct{}
+	_ [32 - unsafe.Sizeof(ioEvent{})]struct{}
+	_ [unsafe.Sizeof(ioEvent{}) - 32]struct{}
+)
 
 // aioCtx is the process's AIO context, shared by its stores.
 type aioCtx struct {
