@@ -89,7 +89,7 @@ type eventFD struct {
 
 var (
 	aioOnce sync.Once
-	aio     *aioCtx // nil where AIO is not available
+	aio     atomic.Pointer[aioCtx] // nil where AIO is not available
 	// aioOff makes every write the blocking way (tests of that path).
 	aioOff atomic.Bool
 )
@@ -100,12 +100,12 @@ func processAIO() *aioCtx {
 		if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, aioEvents, uintptr(unsafe.Pointer(&id)), 0); e != 0 {
 			return
 		}
-		aio = &aioCtx{id: id, done: map[uint64]int64{}, idle: make(chan *eventFD, aioIdleEventfd)}
+		aio.Store(&aioCtx{id: id, done: map[uint64]int64{}, idle: make(chan *eventFD, aioIdleEventfd)})
 	})
 	if aioOff.Load() {
 		return nil
 	}
-	return aio
+	return aio.Load()
 }
 
 // preallocate sets f, a new empty file, to size bytes, allocated, and

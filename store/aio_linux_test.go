@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -26,5 +27,25 @@ func TestDirectWritesAsync(t *testing.T) {
 	// The whole blocks' write, at least one, and the file's sync.
 	if got := a.next.Load() - before; got < 2 {
 		t.Fatalf("%d AIO requests for a direct write and its sync, want at least 2", got)
+	}
+}
+
+// TestDirectWritesFallBack: a request the kernel refuses to take (here, an
+// AIO context that does not exist) is made the blocking way, and the file
+// reads back whole.
+func TestDirectWritesFallBack(t *testing.T) {
+	if processAIO() == nil {
+		t.Skip("io_setup is refused here: every write is the blocking way already (TestFileWriter covers it)")
+	}
+	bogus := &aioCtx{id: 0, done: map[uint64]int64{}, idle: make(chan *eventFD, aioIdleEventfd)}
+	real := aio.Swap(bogus)
+	t.Cleanup(func() { aio.Store(real) })
+	dir := t.TempDir()
+	w := NewFileWriter()
+	for i, n := range []int{1 << 20, 1<<20 + 5} {
+		writeAndCheck(t, w, filepath.Join(dir, fmt.Sprint(i)), pattern(n, byte(i)), true)
+	}
+	if got := bogus.next.Load(); got == 0 {
+		t.Fatal("no request was tried through the refused context")
 	}
 }
