@@ -35,14 +35,7 @@ func TestResultAheadMatches(t *testing.T) {
 			proof := fixtureResultProof(t)
 			proof.OfferSHA256, proof.OutputSHA256 = [32]byte{}, [32]byte{}
 			proof.Usage, proof.State, proof.Turns = r.Usage, r.State, c.turn
-			n, err := ResultProofLen(proof)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := EncodeResultAhead(&r, n)
-			if err != nil {
-				t.Fatal(err)
-			}
+			a := encodeAheadOf(t, &r, proof)
 			before := bytes.Clone(a.Bytes()[:a.ProofAt()])
 			proof.OfferSHA256 = sha256.Sum256([]byte("offer"))
 			proof.OutputSHA256 = OutputDigest(r.Output)
@@ -81,14 +74,7 @@ func TestResultAheadRefusesOtherSizes(t *testing.T) {
 	p := peers(t)
 	r := DelegationResult{ID: fixtureDelegation, State: StateCompleted, Output: []Part{TextPart("out")}, Reason: "done"}
 	proof := fixtureResultProof(t)
-	n, err := ResultProofLen(proof)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := EncodeResultAhead(&r, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := encodeAheadOf(t, &r, proof)
 	was := bytes.Clone(a.Bytes())
 	proof.OutputSHA256 = [32]byte{} // left out of the encoding: 34 bytes short
 	short, err := SignResultProof(p.provider, proof)
@@ -107,4 +93,19 @@ func TestResultAheadRefusesOtherSizes(t *testing.T) {
 	if _, err := EncodeResultAhead(&r, 0); err == nil {
 		t.Fatal("room for an empty proof")
 	}
+}
+
+// encodeAheadOf encodes r with room for proof once signed, as a provider
+// does before it hashes (ResultProofLen, EncodeResultAhead).
+func encodeAheadOf(t *testing.T, r *DelegationResult, proof ResultProof) *ResultAhead {
+	t.Helper()
+	n, err := ResultProofLen(proof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := EncodeResultAhead(r, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
