@@ -75,7 +75,7 @@ var (
 // aioCtx is the process's AIO context, shared by its stores.
 type aioCtx struct {
 	id   uint64        // aio_context_t
-	next atomic.Uint64 // the last request's number; requests submitted so far
+	next atomic.Uint64 // the last request's number: requests tried so far
 	mu   sync.Mutex
 	done map[uint64]int64 // results reaped for requests not yet waited for
 	idle chan *eventFD

@@ -2,8 +2,11 @@ package store
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kithmesh/kith/internal/labtest"
 )
 
 // TestDirectWritesAsync: on a Linux kernel with AIO and a file system that
@@ -14,15 +17,22 @@ import (
 func TestDirectWritesAsync(t *testing.T) {
 	a := processAIO()
 	if a == nil {
-		t.Skip("io_setup is refused here: value files are written the blocking way (TestFileWriter covers it)")
+		labtest.Lacking(t, labtest.AIORequired, "io_setup is refused here, so value files are written the blocking way (TestFileWriter covers it); run on Linux 4.18 or later outside a sandbox that forbids AIO")
 	}
 	dir := t.TempDir()
+	if f, err := os.Create(filepath.Join(dir, "probe")); err == nil {
+		ok := preallocate(f, 1<<20)
+		_ = f.Close()
+		if !ok {
+			labtest.Lacking(t, labtest.AIORequired, "the file system of "+dir+" refused fallocate, so its writes are the blocking way; run with TMPDIR on ext4 or XFS")
+		}
+	}
 	w := NewFileWriter()
 	v := pattern(1<<20+5, 3)
 	before := a.next.Load()
 	writeAndCheck(t, w, filepath.Join(dir, "v"), v, true)
 	if w.fb.buffered.Load() {
-		t.Skip("the file system of " + dir + " refused direct I/O")
+		labtest.Lacking(t, labtest.AIORequired, "the file system of "+dir+" refused direct I/O; run with TMPDIR on ext4 or XFS")
 	}
 	// The whole blocks' write, at least one, and the file's sync.
 	if got := a.next.Load() - before; got < 2 {
@@ -35,7 +45,7 @@ func TestDirectWritesAsync(t *testing.T) {
 // reads back whole.
 func TestDirectWritesFallBack(t *testing.T) {
 	if processAIO() == nil {
-		t.Skip("io_setup is refused here: every write is the blocking way already (TestFileWriter covers it)")
+		labtest.Lacking(t, labtest.AIORequired, "io_setup is refused here, so every write is the blocking way already (TestFileWriter covers it); run on Linux 4.18 or later outside a sandbox that forbids AIO")
 	}
 	bogus := &aioCtx{id: 0, done: map[uint64]int64{}, idle: make(chan *eventFD, aioIdleEventfd)}
 	real := aio.Swap(bogus)

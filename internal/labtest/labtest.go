@@ -27,6 +27,9 @@ const (
 	PromtoolRequired = "KITH_PROMTOOL_REQUIRED"
 	// InteropRequired: Node and the A2A JavaScript SDK.
 	InteropRequired = "KITH_A2A_INTEROP_REQUIRED"
+	// AIORequired: Linux AIO and a file system that takes direct I/O and
+	// fallocate where the tests write (the store's value files).
+	AIORequired = "KITH_AIO_REQUIRED"
 )
 
 // Lacking stops tb because the machine lacks what it needs, saying why
