@@ -18,6 +18,7 @@ func TestDirectWritesAsync(t *testing.T) {
 	a := processAIO()
 	if a == nil {
 		labtest.Lacking(t, labtest.AIORequired, "io_setup is refused here, so value files are written the blocking way (TestFileWriter covers it); run on Linux 4.18 or later outside a sandbox that forbids AIO")
+		return // Lacking ends the test
 	}
 	dir := t.TempDir()
 	if f, err := os.Create(filepath.Join(dir, "probe")); err == nil {
@@ -25,6 +26,7 @@ func TestDirectWritesAsync(t *testing.T) {
 		_ = f.Close()
 		if !ok {
 			labtest.Lacking(t, labtest.AIORequired, "the file system of "+dir+" refused fallocate, so its writes are the blocking way; run with TMPDIR on ext4 or XFS")
+			return // Lacking ends the test
 		}
 	}
 	w := NewFileWriter()
@@ -33,6 +35,7 @@ func TestDirectWritesAsync(t *testing.T) {
 	writeAndCheck(t, w, filepath.Join(dir, "v"), v, true)
 	if w.fb.buffered.Load() {
 		labtest.Lacking(t, labtest.AIORequired, "the file system of "+dir+" refused direct I/O; run with TMPDIR on ext4 or XFS")
+		return // Lacking ends the test
 	}
 	// The whole blocks' write, at least one, and the file's sync.
 	if got := a.next.Load() - before; got < 2 {
@@ -46,6 +49,7 @@ func TestDirectWritesAsync(t *testing.T) {
 func TestDirectWritesFallBack(t *testing.T) {
 	if processAIO() == nil {
 		labtest.Lacking(t, labtest.AIORequired, "io_setup is refused here, so every write is the blocking way already (TestFileWriter covers it); run on Linux 4.18 or later outside a sandbox that forbids AIO")
+		return // Lacking ends the test
 	}
 	bogus := &aioCtx{id: 0, done: map[uint64]int64{}, idle: make(chan *eventFD, aioIdleEventfd)}
 	real := aio.Swap(bogus)
