@@ -200,7 +200,7 @@ func validFileName(name string) bool {
 // write stores b in a new file for key and returns its reference. The file
 // is synced (on a syncing store), its directory not yet: see syncDir.
 func (fb *fileBlobs) write(key, b []byte) (fileRef, error) {
-	return fb.writeAhead(key, b, len(b), nil)
+	return fb.writeAhead(key, b, len(b), nil, nil)
 }
 
 // writeAhead is write for a b whose bytes are final only below ready until
@@ -208,7 +208,13 @@ func (fb *fileBlobs) write(key, b []byte) (fileRef, error) {
 // its whole blocks below ready are written at once, the rest after final;
 // elsewhere all of it after final. final reporting false (the value was
 // dropped) removes the file: errDropped. A nil final is b final already.
-func (fb *fileBlobs) writeAhead(key, b []byte, ready int, final func() bool) (fileRef, error) {
+// created, when set, is called each time the file is created, before its
+// data is written (twice where direct I/O is refused and the file made
+// again through the page cache).
+func (fb *fileBlobs) writeAhead(key, b []byte, ready int, final func() bool, created func()) (fileRef, error) {
+	if created == nil {
+		created = func() {}
+	}
 	name, err := fileName(key)
 	if err != nil {
 		return fileRef{}, fmt.Errorf("store: name a blob file: %w", err)
@@ -217,7 +223,7 @@ func (fb *fileBlobs) writeAhead(key, b []byte, ready int, final func() bool) (fi
 	path := filepath.Join(fb.dir, name)
 	g := &gate{final: final}
 	if oDirect != 0 && fb.sync && !fb.buffered.Load() {
-		ref.crc, err = fb.writeDirect(path, b, ready, g)
+		ref.crc, err = fb.writeDirect(path, b, ready, g, created)
 		if !errors.Is(err, errNoDirect) {
 			return ref, err
 		}
@@ -227,7 +233,7 @@ func (fb *fileBlobs) writeAhead(key, b []byte, ready int, final func() bool) (fi
 		return fileRef{}, errDropped
 	}
 	ref.crc = crc32.Checksum(b, castagnoli)
-	return ref, fb.writeBuffered(path, b)
+	return ref, fb.writeBuffered(path, b, created)
 }
 
 // errNoDirect: the file system refused direct I/O; nothing is left behind.
@@ -264,7 +270,8 @@ func (g *gate) wait() bool {
 //
 // The whole blocks below ready are written before g says b is final (see
 // writeAhead), the rest after; g false removes the file (errDropped).
-func (fb *fileBlobs) writeDirect(path string, b []byte, ready int, g *gate) (crc uint32, err error) {
+// created runs once the file exists, before any of b is written.
+func (fb *fileBlobs) writeDirect(path string, b []byte, ready int, g *gate, created func()) (crc uint32, err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oDirect, 0o600)
 	if errors.Is(err, syscall.EINVAL) {
 		_ = os.Remove(path) // some kernels create the file before refusing the flag
@@ -284,6 +291,7 @@ func (fb *fileBlobs) writeDirect(path string, b []byte, ready int, g *gate) (crc
 	// Allocated to its size, the file takes its writes and its sync
 	// through AIO, which hold no P while the disk works (aio_linux.go).
 	async := preallocate(f, int64(len(b)))
+	created()
 	head := min(ready, len(b)) &^ (directBlock - 1)
 	whole := len(b) &^ (directBlock - 1)
 	// Each part's CRC is computed while its write is in flight.
@@ -395,12 +403,13 @@ func directWriteErr(first bool, err error) error {
 }
 
 // writeBuffered writes b to a new file at path through the page cache, and
-// syncs it on a syncing store.
-func (fb *fileBlobs) writeBuffered(path string, b []byte) (err error) {
+// syncs it on a syncing store; created runs once the file exists.
+func (fb *fileBlobs) writeBuffered(path string, b []byte, created func()) (err error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("store: create a blob file: %w", err)
 	}
+	created()
 	defer func() {
 		if cerr := f.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("store: write a blob file: %w", cerr)
@@ -439,12 +448,12 @@ func NewFileWriter() *FileWriter {
 // file system does not take it (nothing is left behind then).
 func (w *FileWriter) WriteSynced(path string, b []byte, direct bool) error {
 	if !direct {
-		return w.fb.writeBuffered(path, b)
+		return w.fb.writeBuffered(path, b, func() {})
 	}
 	if oDirect == 0 {
 		return errors.ErrUnsupported
 	}
-	_, err := w.fb.writeDirect(path, b, len(b), &gate{})
+	_, err := w.fb.writeDirect(path, b, len(b), &gate{}, func() {})
 	if errors.Is(err, errNoDirect) {
 		return errors.ErrUnsupported
 	}
@@ -461,8 +470,17 @@ func (fb *fileBlobs) syncDir() error {
 	return syncDirectory(fb.dir)
 }
 
+// syncingDir, when set (tests only), is called as each directory sync
+// starts; an error it returns is the sync's.
+var syncingDir func(dir string) error
+
 // syncDirectory makes the names in directory dir durable.
 func syncDirectory(dir string) error {
+	if syncingDir != nil {
+		if err := syncingDir(dir); err != nil {
+			return fmt.Errorf("store: sync %s: %w", dir, err)
+		}
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("store: sync %s: %w", dir, err)

@@ -166,9 +166,23 @@ func (s *Store) stageAhead(key []byte, owner string, b []byte, ready int) *stage
 	go func() {
 		defer st.wg.Done()
 		defer close(x.done)
-		x.ref, x.err = fb.writeAhead(key, b, ready, final)
-		if x.err == nil {
-			x.err = fb.syncDir()
+		// The file's name is synced while its data is written: the
+		// directory's sync starts as soon as the file exists, and the two
+		// waits on the disk overlap. A file made again (direct I/O
+		// refused) starts another; the last one covers the file kept.
+		var dirs []chan error
+		created := func() {
+			if fb.sync {
+				c := make(chan error, 1)
+				go func() { c <- syncDirectory(fb.dir) }()
+				dirs = append(dirs, c)
+			}
+		}
+		x.ref, x.err = fb.writeAhead(key, b, ready, final, created)
+		for i, c := range dirs {
+			if err := <-c; i == len(dirs)-1 && x.err == nil {
+				x.err = err
+			}
 		}
 	}()
 	// The write goes first: what the caller does next is CPU work (hashes,

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -265,5 +266,87 @@ func waitAhead(t *testing.T, dir string, before []string, head int64) {
 			t.Fatalf("no file holds the %d bytes final before complete", head)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestStagedSyncsItsDirectory: a staged file's name is synced while its
+// data is written, by a directory sync that starts once the file exists,
+// and the write that takes the staged file waits for that sync.
+func TestStagedSyncsItsDirectory(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	blobs := filepath.Join(dir, blobDirName)
+	entered, release := make(chan bool, 4), make(chan struct{})
+	syncingDir = func(d string) error {
+		if d == blobs {
+			names, _ := os.ReadDir(blobs)
+			entered <- len(names) > 0
+			<-release
+		}
+		return nil
+	}
+	t.Cleanup(func() { syncingDir = nil })
+
+	id := protocol.NewDelegationID()
+	offer := pattern(1<<20, 3)
+	s.StageOffer(RoleProvider, id, offer)
+	created := make(chan error, 1)
+	go func() { created <- s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: offer}) }()
+	select {
+	case exists := <-entered:
+		if !exists {
+			t.Fatal("the directory sync started before the staged file existed")
+		}
+	case err := <-created:
+		t.Fatalf("the create returned (%v) without syncing its staged file's directory", err)
+	}
+	select {
+	case err := <-created:
+		t.Fatalf("the create returned (%v) while its staged file's directory sync had not ended", err)
+	default:
+	}
+	close(release)
+	mustNoErr(t, <-created)
+	got, err := s.GetDelegation(RoleProvider, id)
+	mustNoErr(t, err)
+	if !bytes.Equal(got.Offer, offer) {
+		t.Fatal("the staged offer did not read back the same")
+	}
+}
+
+// TestStagedDirectorySyncFails: a staged file whose directory sync failed
+// is not taken: the write that stores the value writes its file again, in
+// the commit, and the value reads back whole.
+func TestStagedDirectorySyncFails(t *testing.T) {
+	opts, m := withMetrics()
+	s, dir := openTest(t, opts)
+	blobs := filepath.Join(dir, blobDirName)
+	var mu sync.Mutex
+	failed := false
+	syncingDir = func(d string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if d == blobs && !failed {
+			failed = true
+			return errors.New("injected")
+		}
+		return nil
+	}
+	t.Cleanup(func() { syncingDir = nil })
+
+	id := protocol.NewDelegationID()
+	offer := pattern(1<<20, 4)
+	s.StageOffer(RoleProvider, id, offer)
+	mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: offer}))
+	if !failed {
+		t.Fatal("the staged write did not sync its directory")
+	}
+	if got, want := m.ValueFiles(), map[string]uint64{"staged": 1, "dropped": 1, "commit": 1}; !maps.Equal(got, want) {
+		t.Fatalf("value files %v, want %v: the staged file was taken though its name was not synced, or kept", got, want)
+	}
+	s = reopen(t, s, dir, Options{})
+	got, err := s.GetDelegation(RoleProvider, id)
+	mustNoErr(t, err)
+	if !bytes.Equal(got.Offer, offer) {
+		t.Fatal("the offer did not read back the same")
 	}
 }
