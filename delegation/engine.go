@@ -239,6 +239,9 @@ type providerHalf struct {
 
 	openDelay time.Duration      // openDelay; tests stretch it
 	versions  []protocol.Version // what the capability assertion lists; tests play older peers
+	// beforeMergedWrite, when set (tests only), runs before a fast task's
+	// one write (finish), after a provisional result went out.
+	beforeMergedWrite func()
 }
 
 // requesterHalf offers tasks to providers and follows them to their

@@ -19,3 +19,7 @@ func (e *Engine) SetVersions(vs []protocol.Version) { e.versions = vs }
 // SetKeptAnswerTimeout sets how long a requester waits for the first answer
 // to an offer sent on a kept stream.
 func (e *Engine) SetKeptAnswerTimeout(d time.Duration) { e.keptWait = d }
+
+// SetBeforeMergedWrite sets a function the provider runs before a fast
+// task's one write, after a provisional result went out.
+func (e *Engine) SetBeforeMergedWrite(f func()) { e.beforeMergedWrite = f }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -251,6 +252,9 @@ func TestLargeOfferHashChecked(t *testing.T) {
 				return
 			}
 			_ = c.Send(&protocol.DelegationResult{ID: o.ID, State: protocol.StateCompleted, Output: out, Usage: usage, Proof: proof})
+			if o.ProvisionalResult {
+				_ = c.Send(&protocol.DelegationStatus{ID: o.ID, State: protocol.StateCompleted, Stored: true})
+			}
 			_, _ = c.Recv(2 * time.Second)
 		})
 		d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: task, BudgetTokens: 1 << 20})
@@ -352,37 +356,59 @@ func (w *writeCounter) Write(b []byte) (int, error) {
 // Write, and the requester still logs all three. Delegations after the
 // first (which may also set up the session and ask for capabilities) each
 // add exactly one Write on the provider's side, on a new stream or on a
-// kept one.
+// kept one; to a requester that asked for provisional results (1.5), the
+// provider's store syncing, the confirmation follows in a second Write,
+// once the record is durable.
 func TestFastTaskOneWrite(t *testing.T) {
-	nodes := newMesh(t, 2, nil)
-	a, b := nodes[0], nodes[1]
-	b.eng.SetOpenDelay(time.Minute) // the task surely ends first
-	var ps providerStreams[*writeCounter]
-	ps.handle(b, func(s network.Stream) *writeCounter { return &writeCounter{Stream: s} })
-	writes := func() (n int32) {
-		ps.each(func(w *writeCounter) { n += w.writes.Load() })
-		return n
-	}
-	for i := range 3 {
-		before := writes()
-		d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("one write"), BudgetTokens: 100})
-		if d.State != protocol.StateCompleted || Output(d) != "one write" {
-			t.Fatalf("delegation %d: state %s, output %q", i, d.State, Output(d))
-		}
-		evs, err := a.st.Events(store.RoleRequester, d.ID, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var types []string
-		for _, ev := range evs {
-			types = append(types, ev.Type)
-		}
-		if !slices.Contains(types, EventAccepted) || !slices.Contains(types, EventStatus) || !slices.Contains(types, EventResult) {
-			t.Fatalf("delegation %d: the requester logged %v; want the accept, the status and the result", i, types)
-		}
-		if n := writes() - before; i > 0 && n != 1 {
-			t.Fatalf("delegation %d: the provider wrote %d times; want accept, status and result in one Write", i, n)
-		}
+	for _, provisional := range []bool{false, true} {
+		t.Run(fmt.Sprintf("provisional=%v", provisional), func(t *testing.T) {
+			nodes := newMesh(t, 2, nil)
+			a, b := nodes[0], nodes[1]
+			if !provisional {
+				b.engine().SetVersions(slices.DeleteFunc(slices.Clone(protocol.Supported), func(v protocol.Version) bool {
+					return !v.Less(protocol.ProvisionalResults)
+				}))
+			}
+			b.eng.SetOpenDelay(time.Minute) // the task surely ends first
+			var ps providerStreams[*writeCounter]
+			ps.handle(b, func(s network.Stream) *writeCounter { return &writeCounter{Stream: s} })
+			writes := func() (n int32) {
+				ps.each(func(w *writeCounter) { n += w.writes.Load() })
+				return n
+			}
+			want := int32(1)
+			if provisional {
+				want = 2
+			}
+			for i := range 3 {
+				before := writes()
+				d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("one write"), BudgetTokens: 100})
+				if d.State != protocol.StateCompleted || Output(d) != "one write" {
+					t.Fatalf("delegation %d: state %s, output %q", i, d.State, Output(d))
+				}
+				if provisional {
+					// The confirmation comes after the result is reported:
+					// the stream is kept once it has.
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					waitKept(t, ctx, a, b, 1, fmt.Sprintf("delegation %d", i))
+					cancel()
+				}
+				evs, err := a.st.Events(store.RoleRequester, d.ID, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var types []string
+				for _, ev := range evs {
+					types = append(types, ev.Type)
+				}
+				if !slices.Contains(types, EventAccepted) || !slices.Contains(types, EventStatus) || !slices.Contains(types, EventResult) {
+					t.Fatalf("delegation %d: the requester logged %v; want the accept, the status and the result", i, types)
+				}
+				if n := writes() - before; i > 0 && n != want {
+					t.Fatalf("delegation %d: the provider wrote %d times; want %d (accept, status and result in one Write)", i, n, want)
+				}
+			}
+		})
 	}
 }
 

@@ -130,6 +130,14 @@ func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remo
 	if c.SendEncoded(d.Result) != nil {
 		return nil, nil
 	}
+	// A result is stored before it is sent again: confirmed at once to an
+	// offer that asked for provisional results (1.5).
+	if protocol.OfferAsksProvisional(d.Offer) {
+		stored, err := protocol.EncodeMessage(&protocol.DelegationStatus{ID: q.ID, State: d.State, Stored: true})
+		if err != nil || c.SendEncoded(stored) != nil {
+			return nil, nil
+		}
+	}
 	// Wait for the requester to close its side, its acknowledgement, or to
 	// send its next offer on the stream (1.4).
 	m, raw, err := c.RecvRaw(c.IOTimeout())

@@ -268,7 +268,8 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		}
 	}
 	e.keepTurn(t, state, out) // contexts: before the result is stored and sent (context.go)
-	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash}
+	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash,
+		provisional: t.remote && t.offer != nil && t.offer.ProvisionalResult}
 	t.logMu.Lock()
 	switch t.open {
 	case openFailed:
@@ -353,6 +354,9 @@ type finishing struct {
 	logged    []store.Event
 	create    *store.Delegation
 	abort     func() // ends the requester's stream when create cannot be stored
+	// provisional: the offer asked for provisional results (1.5), so the
+	// result is followed by a confirmation once it is stored.
+	provisional bool
 }
 
 // aheadMin is the output from which a result is encoded before its proof
@@ -470,15 +474,41 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 		}
 	}
 	resultEv := store.Event{Type: EventResult, State: state}
+	// To an offer that asked for provisional results (1.5), the result is
+	// followed by the confirmation that it is stored.
+	var stored []byte
+	if f.provisional {
+		if stored, err = protocol.EncodeMessage(&protocol.DelegationStatus{ID: f.wire, State: state, Stored: true}); err != nil {
+			e.log.Error("encode stored status", "delegation", id, "err", err)
+			return
+		}
+	}
 	if f.create != nil {
+		// A fast task's record is written once, here, and on a store that
+		// syncs, an offer that asked for provisional results gets its
+		// accept, statuses and result while the write syncs, and the
+		// confirmation once it is durable: the provider's sync overlaps
+		// the result's trip and the requester's own write
+		// (protocol/doc.go, Provisional results).
+		early := stored != nil && e.st.Syncs()
+		if early {
+			e.sendResult(role, requester, events, res, deliver, raw)
+		}
+		if e.beforeMergedWrite != nil {
+			e.beforeMergedWrite()
+		}
 		d := *f.create
 		d.State, d.Result, d.Reason, d.Usage = state, raw, cmp.Or(why.local, reason), store.Usage(usage)
 		if err := e.create(d, append(events, resultEv)...); err != nil {
 			e.log.Error("store result", "delegation", id, "err", err)
-			f.abort()
+			f.abort() // no confirmation comes: the requester stops waiting
 			return
 		}
 		e.publishNew(role, id, 1, append(events, resultEv))
+		if early {
+			deliver(stored)
+			return
+		}
 		tail = events // the accept goes out first
 	} else {
 		e.st.StageResult(role, id, raw) // its file is written outside the commit queue (store/stage.go)
@@ -495,9 +525,18 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 			return
 		}
 	}
-	// What the requester has not yet been sent goes out with the result,
-	// in one Write.
-	msgs := make([][]byte, 0, len(tail)+1)
+	if stored != nil {
+		e.sendResult(role, requester, tail, res, deliver, raw, stored)
+		return
+	}
+	e.sendResult(role, requester, tail, res, deliver, raw)
+}
+
+// sendResult sends what the requester has not yet been sent (tail), then
+// the result and what follows it (raws: the result, then its confirmation
+// if any), in one Write.
+func (e *providerHalf) sendResult(role store.Role, requester peer.ID, tail []store.Event, res *protocol.DelegationResult, deliver func(...[]byte), raws ...[]byte) {
+	msgs := make([][]byte, 0, len(tail)+len(raws))
 	for _, ev := range tail {
 		if role == store.RoleProvider {
 			e.traceEncoded(Sent, requester, ev.Data)
@@ -506,6 +545,9 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	}
 	if role == store.RoleProvider {
 		e.trace(Sent, requester, res)
+		for _, raw := range raws[1:] {
+			e.traceEncoded(Sent, requester, raw)
+		}
 	}
-	deliver(append(msgs, raw)...)
+	deliver(append(msgs, raws...)...)
 }

@@ -114,6 +114,9 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 		// The provider may pause it for input only if it knows the
 		// continuation this node would answer with.
 		MultiTurn: protocol.Speaks(caps.Versions, protocol.MultiTurn),
+		// Its result may come while the provider's write of it syncs,
+		// confirmed once durable (protocol/doc.go, Provisional results).
+		ProvisionalResult: protocol.Speaks(caps.Versions, protocol.ProvisionalResults),
 	}
 	raw, err := protocol.EncodeMessage(offer)
 	if err != nil {

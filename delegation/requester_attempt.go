@@ -65,7 +65,8 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 			return outcomeRetry, err
 		}
 	}
-	r := &providerReader{e: e, d: d, offerHash: o.offerHash, statuses: rate.NewLimiter(statusRate, statusBurst)}
+	r := &providerReader{e: e, d: d, offerHash: o.offerHash, statuses: rate.NewLimiter(statusRate, statusBurst),
+		provisional: protocol.OfferAsksProvisional(cur.Offer) && e.speaks(d.Peer, protocol.ProvisionalResults)}
 	r.events = slices.Clone(currentAttempt(all))
 	r.moved = reoffered(all)
 	for _, ev := range r.events {
@@ -183,7 +184,9 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 	}
 	// Once the result is in, the provider reads on for our next offer
 	// (1.4): the stream goes back to the pool before the result is checked
-	// and stored, so that it is there when Wait returns.
+	// and stored, so that it is there when Wait returns; a stream that
+	// carries a provisional result (1.5), once its confirmation has come
+	// (provisionalResult).
 	r.keepStream = func() bool {
 		if !stop() || !e.speaks(d.Peer, protocol.StreamReuse) {
 			return false

@@ -171,6 +171,47 @@ type providerReader struct {
 	// then no longer this reader's.
 	keepStream func() bool
 	streamKept bool
+	// provisional: the offer asked for provisional results and the
+	// provider speaks them (1.5), so a confirmation follows the result.
+	provisional bool
+}
+
+// provisionalResult takes a result that may have come before the
+// provider's record of it was durable (1.5). It is checked and stored as
+// any result, and its waiters hear of it once it is durable here, as
+// ever: what the requester reports is the result it checked and holds.
+// The provider's confirmation that it stored the result too is read
+// meanwhile, and the stream is kept for the next offer only after it, the
+// last message of this delegation on the stream.
+//
+// Without the confirmation (the stream ended: the provider died, or could
+// not store its record), the result stands all the same: it is checked,
+// signed by the provider and durable here, and what is lost is only the
+// provider's record of a result it never confirmed. The node's log says
+// so.
+func (r *providerReader) provisionalResult(m *protocol.DelegationResult, raw []byte) (outcome, error, bool) {
+	e, d := r.e, r.d
+	got := make(chan bool, 1)
+	go func() { got <- r.awaitStored(m) }()
+	e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
+	if !<-got {
+		e.log.Warn("the provider did not confirm that it stored the result; the result, checked and stored here, stands",
+			"delegation", d.ID, "peer", d.Peer)
+		return outcomeDone, nil, true
+	}
+	r.streamKept = r.keepStream != nil && r.keepStream()
+	return outcomeDone, nil, true
+}
+
+// awaitStored reads the provider's confirmation that it stored res.
+func (r *providerReader) awaitStored(res *protocol.DelegationResult) bool {
+	m, _, err := r.c.RecvRaw(r.c.IOTimeout())
+	if err != nil {
+		return false
+	}
+	r.e.trace(Received, r.d.Peer, m)
+	st, ok := m.(*protocol.DelegationStatus)
+	return ok && st.Stored && st.ID == res.ID && st.State == res.State
 }
 
 // own adds a continuation this node logged and sent to the transcript.
@@ -263,6 +304,9 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if !r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider sent a result for a delegation it never accepted"), nil, true
 		}
+		if r.provisional {
+			return r.provisionalResult(m, raw)
+		}
 		r.streamKept = r.keepStream != nil && r.keepStream()
 		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
 		return outcomeDone, nil, true
@@ -272,6 +316,12 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 
 func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out outcome, err error, end bool) {
 	e, d := r.e, r.d
+	if m.Stored {
+		// A confirmation this reader did not wait for (provisionalResult):
+		// the last delegation's on a kept stream, when this node did not
+		// know the provider spoke 1.5. It changes nothing here.
+		return 0, nil, false
+	}
 	if m.ID != d.ID {
 		return outcomeConnected, errors.New("status for another delegation"), true
 	}

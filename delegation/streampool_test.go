@@ -79,6 +79,22 @@ func delegateEcho(t *testing.T, a, b *testNode, i int) {
 	if d.State != protocol.StateCompleted || Output(d) != text {
 		t.Fatalf("delegation %d: state %s (%s), output %q", i, d.State, d.Reason, Output(d))
 	}
+	vs := b.engine().versions
+	if protocol.Speaks(vs, protocol.StreamReuse) && protocol.Speaks(vs, protocol.ProvisionalResults) {
+		// The stream is kept once the provider's confirmation has come
+		// (1.5), which may be after Wait returns.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for a.engine().idle.count(b.id.PeerID()) == 0 {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("delegation %d: the stream was never kept", i)
+			case <-tick.C:
+			}
+		}
+	}
 }
 
 // TestStreamReuse: delegations one after another to a provider that speaks

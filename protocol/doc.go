@@ -205,8 +205,8 @@
 //	  |<-- delegation_accept, status, delegation_result{B} -------|
 //	  | close                                                     |
 //
-// The requester sends the next offer only after a result, only to a
-// provider whose capability assertion lists 1.4 (a 1.3 provider reads
+// The requester sends the next offer only after a result (and, under 1.5,
+// its confirmation), only to a provider whose capability assertion lists 1.4 (a 1.3 provider reads
 // nothing after a result but the close), and keeps a stream at most 10
 // seconds idle, for at most 5 minutes and 1,024 delegations from its open,
 // and never one over a relayed (limited) connection.
@@ -227,6 +227,55 @@
 // from its arrival. The bounds on a kept stream's age and uses keep its
 // keys to a time and a number of frames of the order of one long
 // delegation's.
+//
+// # Provisional results (1.5)
+//
+// A provider whose store syncs writes a fast task's record once, at its
+// end, with the result (offer, accept, statuses and result in one synced
+// write), and before 1.5 sent nothing until that write was durable: its
+// sync and then the requester's own write of the result lay one after
+// the other on every delegation's path. A 1.5 requester asks, in its
+// offer (provisional_result), for the result as soon as it is signed; the
+// provider then sends the accept, statuses and result while its write
+// syncs, and a delegation_status{stored: true, the result's state} once
+// the write is durable. The two syncs overlap.
+//
+//	requester                                                 provider
+//	  | delegation_offer{id, ..., provisional_result: true}       |
+//	  |---------------------------------------------------------->|  task runs
+//	  |<-- delegation_accept, status, delegation_result{id} ------|  record written,
+//	  |  checks the proof, stores the result (synced)             |  syncing meanwhile
+//	  |<-- delegation_status{id, state, stored: true} ------------|  durable
+//	  | (the stream is kept for the next offer, 1.4)              |
+//
+// A provider sends the confirmation after every result to an offer that
+// asked for it: at once after a result already stored (a slow task's,
+// one sent again to a reattaching requester, or on a store that does not
+// sync, in the same Write). A requester asks only a provider whose
+// capability assertion lists 1.5, and reads the confirmation after the
+// result, before it keeps the stream for its next offer; a confirmation
+// that comes where it is not awaited is ignored.
+//
+// What is acknowledged, and when:
+//
+//   - The provider acknowledges that it holds the delegation with the
+//     confirmation, sent only once its record (result included) is
+//     durable. Nothing before it on such a stream is an acknowledgement:
+//     the offer asked for it so.
+//   - The requester reports a result to its caller once it has checked it
+//     and made it durable in its own store, as before 1.5: what it
+//     reports is what it holds, whatever befalls the provider.
+//   - If the provider dies, or fails to store its record, after sending
+//     the result and before confirming it, the requester still holds a
+//     result that the provider signed over this very offer and
+//     transcript; what is lost is the provider's record of work whose
+//     outcome it never confirmed, which is also what a provider that dies
+//     while a task runs loses. The requester's log says the confirmation
+//     did not come. Before 1.5 the requester, told nothing, offered the
+//     task again, and it ran twice.
+//   - Replay protection is unchanged: it rests on the envelope (the setup
+//     stream's durable replay cache, the session's stream numbers), not on
+//     the provider's record of the delegation.
 //
 // # Writes
 //
@@ -275,4 +324,10 @@
 //	                                  requester may send its next offer on
 //	                                  the same stream. No message or field
 //	                                  changes.
+//	2026-11-27  1.5                   Provisional results:
+//	                                  DelegationOffer provisional_result
+//	                                  (13), DelegationStatus stored (10).
+//	                                  The result may come before the
+//	                                  provider's record is durable,
+//	                                  confirmed by a stored status.
 package protocol

@@ -29,6 +29,11 @@ type DelegationOffer struct {
 	// input_required with a DelegationContinue. Set it only for a provider
 	// that speaks MultiTurn.
 	MultiTurn bool
+	// ProvisionalResult (1.5): the requester takes a result sent before
+	// the provider's record of it is durable, confirmed by a status with
+	// Stored set (see ProvisionalResults). Set it only for a provider that
+	// speaks ProvisionalResults.
+	ProvisionalResult bool
 }
 
 func (*DelegationOffer) Type() MessageType { return TypeDelegationOffer }
@@ -76,15 +81,16 @@ func (o *DelegationOffer) toWire() (*pb.DelegationOffer, error) {
 	}
 	timeout, _ := durationToWire("timeout_ms", o.Timeout) // checked above
 	w := &pb.DelegationOffer{
-		DelegationId: o.ID[:],
-		Profile:      o.Profile,
-		Task:         task,
-		ContextId:    string(o.ContextID),
-		BudgetTokens: o.BudgetTokens,
-		TimeoutMs:    timeout,
-		HopLimit:     o.HopLimit,
-		Priority:     o.Priority,
-		MultiTurn:    o.MultiTurn,
+		DelegationId:      o.ID[:],
+		Profile:           o.Profile,
+		Task:              task,
+		ContextId:         string(o.ContextID),
+		BudgetTokens:      o.BudgetTokens,
+		TimeoutMs:         timeout,
+		HopLimit:          o.HopLimit,
+		Priority:          o.Priority,
+		MultiTurn:         o.MultiTurn,
+		ProvisionalResult: o.ProvisionalResult,
 	}
 	if !o.ParentID.IsZero() {
 		w.ParentId = o.ParentID[:]
@@ -118,16 +124,17 @@ func delegationOfferFromWire(w *pb.DelegationOffer) (*DelegationOffer, error) {
 		return nil, err
 	}
 	o := &DelegationOffer{
-		ID:           id,
-		Profile:      w.GetProfile(),
-		Task:         task,
-		ContextID:    ContextID(w.GetContextId()),
-		BudgetTokens: w.GetBudgetTokens(),
-		Timeout:      durationFromWire(w.GetTimeoutMs()),
-		HopLimit:     w.GetHopLimit(),
-		Priority:     w.GetPriority(),
-		ParentID:     parent,
-		MultiTurn:    w.GetMultiTurn(),
+		ID:                id,
+		Profile:           w.GetProfile(),
+		Task:              task,
+		ContextID:         ContextID(w.GetContextId()),
+		BudgetTokens:      w.GetBudgetTokens(),
+		Timeout:           durationFromWire(w.GetTimeoutMs()),
+		HopLimit:          w.GetHopLimit(),
+		Priority:          w.GetPriority(),
+		ParentID:          parent,
+		MultiTurn:         w.GetMultiTurn(),
+		ProvisionalResult: w.GetProvisionalResult(),
 	}
 	if len(chain) > 0 {
 		o.Chain = make([]peer.ID, len(chain))
@@ -203,6 +210,7 @@ func delegationContinueFromWire(w *pb.DelegationOffer) (*DelegationContinue, err
 		{"priority", w.GetPriority() != 0},
 		{"parent_id", len(w.GetParentId()) != 0},
 		{"multi_turn", w.GetMultiTurn()},
+		{"provisional_result", w.GetProvisionalResult()},
 	} {
 		if f.set {
 			return nil, invalid(f.name, "set on a continuation, which carries only delegation_id, turn and task")

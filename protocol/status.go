@@ -26,6 +26,11 @@ type DelegationStatus struct {
 	// output, and Usage what the conversation has used so far.
 	Turn  uint32
 	Usage Usage
+	// Stored (1.5) confirms a result sent to an offer with
+	// ProvisionalResult: the provider's record of the delegation, the
+	// result included, is durable. Such a status carries the result's
+	// state, its ID and Seq, and nothing else.
+	Stored bool
 }
 
 // DelegationResult is the provider's final word on a delegation.
@@ -72,6 +77,9 @@ func (s *DelegationStatus) check() error {
 		// is reporting to whom.
 		return invalid("query", "a status query carries no state, progress or output")
 	}
+	if s.Stored && (s.Query || !s.State.Terminal() || s.ProgressPermille != 0 || len(s.Partial) > 0 || s.Turn != 0 || s.Usage != (Usage{}) || s.Reason != "") {
+		return invalid("stored", "a stored confirmation carries the result's terminal state and nothing else")
+	}
 	return checkLen("reason", s.Reason, MaxReasonLen)
 }
 
@@ -89,6 +97,7 @@ func (s *DelegationStatus) toWire() (*pb.DelegationStatus, error) {
 		Reason:           s.Reason,
 		Turn:             s.Turn,
 		Usage:            usageToWire(s.Usage),
+		Stored:           s.Stored,
 	}, nil
 }
 
@@ -115,6 +124,7 @@ func delegationStatusFromWire(w *pb.DelegationStatus) (*DelegationStatus, error)
 		Reason:           w.GetReason(),
 		Turn:             w.GetTurn(),
 		Usage:            usageFromWire(w.GetUsage()),
+		Stored:           w.GetStored(),
 	}
 	return s, s.check()
 }

@@ -33,7 +33,10 @@ type Version struct {
 //	     by a continuation (an offer with turn >= 2); see MultiTurn
 //	1.4  stream reuse: a requester may send its next offer on the stream
 //	     of a delegation whose result it has; see StreamReuse
-var Supported = []Version{{1, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}}
+//	1.5  provisional results: a provider may send a result before its
+//	     record of it is durable, and confirms it once it is; see
+//	     ProvisionalResults
+var Supported = []Version{{1, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}}
 
 // MultiTurn is the version that brings multi-turn delegations. A requester
 // marks an offer multi_turn, and sends continuations, only to a provider
@@ -47,6 +50,14 @@ var MultiTurn = Version{1, 3}
 // stream for its next offer only for a provider whose capability assertion
 // lists it; no message or field changes.
 var StreamReuse = Version{1, 4}
+
+// ProvisionalResults is the version from which a requester may ask, in
+// its offer (ProvisionalResult), for a result sent while the provider's
+// write of it syncs, confirmed by a status with Stored set once it is
+// durable; a provider then follows every result of that delegation with
+// the confirmation. A requester asks only a provider whose capability
+// assertion lists it.
+var ProvisionalResults = Version{1, 5}
 
 // Speaks reports whether a peer that lists vs speaks v (a listed version
 // of the same major and at least v's minor implies it).

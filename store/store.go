@@ -259,6 +259,11 @@ func (s *Store) Close() error {
 // carries no task or result larger than its store can keep.
 func (s *Store) MaxValue() int { return s.maxValue }
 
+// Syncs reports whether a write returns only once it is durable, waiting
+// for the disk: a durable store's do, those of a store opened with NoSync
+// or in memory do not.
+func (s *Store) Syncs() bool { return s.commits.log != nil }
+
 // clock returns the current time without its monotonic reading, so that
 // what is returned equals what is stored and read back.
 func (s *Store) clock() time.Time { return s.now().Round(0).UTC() }

@@ -1053,9 +1053,15 @@ type DelegationOffer struct {
 	// (no profile, budget, timeout or hop_limit: a continuation cannot
 	// change them), so a peer older than 1.3, which ignores turn, refuses it
 	// as malformed (empty profile) instead of taking it for a fresh offer.
-	Turn          uint32 `protobuf:"varint,12,opt,name=turn,proto3" json:"turn,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Turn uint32 `protobuf:"varint,12,opt,name=turn,proto3" json:"turn,omitempty"`
+	// Provisional results (1.5): the requester takes a delegation_result
+	// that comes before the provider's record of it is durable, and the
+	// delegation_status with stored set that confirms it. A provider
+	// follows every result on this delegation's streams with that status
+	// when, and only when, the offer asks for it.
+	ProvisionalResult bool `protobuf:"varint,13,opt,name=provisional_result,json=provisionalResult,proto3" json:"provisional_result,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *DelegationOffer) Reset() {
@@ -1170,6 +1176,13 @@ func (x *DelegationOffer) GetTurn() uint32 {
 		return x.Turn
 	}
 	return 0
+}
+
+func (x *DelegationOffer) GetProvisionalResult() bool {
+	if x != nil {
+		return x.ProvisionalResult
+	}
+	return false
 }
 
 // Task is shaped like an A2A message.
@@ -1672,8 +1685,13 @@ type DelegationStatus struct {
 	// turn: its partial is the question (not output), and usage is what the
 	// conversation has used so far, so that the requester knows what budget
 	// is left for its answer.
-	Turn          uint32 `protobuf:"varint,8,opt,name=turn,proto3" json:"turn,omitempty"`
-	Usage         *Usage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Turn  uint32 `protobuf:"varint,8,opt,name=turn,proto3" json:"turn,omitempty"`
+	Usage *Usage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	// 1.5, to an offer with provisional_result: the provider's record of the
+	// delegation, its result included, is durable. Sent after the result,
+	// with the result's (terminal) state and nothing else but delegation_id
+	// and seq.
+	Stored        bool `protobuf:"varint,10,opt,name=stored,proto3" json:"stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1769,6 +1787,13 @@ func (x *DelegationStatus) GetUsage() *Usage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *DelegationStatus) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
 }
 
 // DelegationResult: provider → requester; the final word on a delegation.
@@ -2225,7 +2250,7 @@ const file_kith_proto_rawDesc = "" +
 	"\bCapacity\x12\x16\n" +
 	"\x06active\x18\x01 \x01(\rR\x06active\x12\x1d\n" +
 	"\n" +
-	"free_slots\x18\x02 \x01(\rR\tfreeSlots\"\xf5\x02\n" +
+	"free_slots\x18\x02 \x01(\rR\tfreeSlots\"\xa4\x03\n" +
 	"\x0fDelegationOffer\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12!\n" +
@@ -2242,7 +2267,8 @@ const file_kith_proto_rawDesc = "" +
 	" \x01(\fR\bparentId\x12\x1d\n" +
 	"\n" +
 	"multi_turn\x18\v \x01(\bR\tmultiTurn\x12\x12\n" +
-	"\x04turn\x18\f \x01(\rR\x04turn\"?\n" +
+	"\x04turn\x18\f \x01(\rR\x04turn\x12-\n" +
+	"\x12provisional_result\x18\r \x01(\bR\x11provisionalResult\"?\n" +
 	"\x04Task\x12#\n" +
 	"\x05parts\x18\x01 \x03(\v2\r.kith.v1.PartR\x05parts\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\"\x89\x01\n" +
@@ -2271,7 +2297,7 @@ const file_kith_proto_rawDesc = "" +
 	"\x10DelegationReject\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12-\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x15.kith.v1.RejectReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xad\x02\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xc5\x02\n" +
 	"\x10DelegationStatus\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.kith.v1.StateR\x05state\x12+\n" +
@@ -2281,7 +2307,9 @@ const file_kith_proto_rawDesc = "" +
 	"\x05query\x18\x06 \x01(\bR\x05query\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
 	"\x04turn\x18\b \x01(\rR\x04turn\x12$\n" +
-	"\x05usage\x18\t \x01(\v2\x0e.kith.v1.UsageR\x05usage\"\x93\x02\n" +
+	"\x05usage\x18\t \x01(\v2\x0e.kith.v1.UsageR\x05usage\x12\x16\n" +
+	"\x06stored\x18\n" +
+	" \x01(\bR\x06stored\"\x93\x02\n" +
 	"\x10DelegationResult\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12$\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x0e.kith.v1.StateR\x05state\x12%\n" +
