@@ -236,9 +236,11 @@
 // sync and then the requester's own write of the result lay one after
 // the other on every delegation's path. A 1.5 requester asks, in its
 // offer (provisional_result), for the result as soon as it is signed; the
-// provider then sends the accept, statuses and result while its write
+// provider may then send the accept, statuses and result while its write
 // syncs, and a delegation_status{stored: true, the result's state} once
-// the write is durable. The two syncs overlap.
+// the write is durable. The two syncs overlap. (kith's provider does so
+// when its write would wait for the disk alone; under load, where writes
+// share a sync, it writes first.)
 //
 //	requester                                                 provider
 //	  | delegation_offer{id, ..., provisional_result: true}       |

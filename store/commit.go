@@ -55,6 +55,13 @@ type committer struct {
 	log *commitLog
 }
 
+// quiet reports whether no batch is being committed and none waits.
+func (c *committer) quiet() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.leading && len(c.queue) == 0
+}
+
 // do runs fn in a batch and returns its own error once the batch that
 // carried it has committed (or failed to).
 func (c *committer) do(db *badger.DB, fn func(txn *wtxn) error) error {

@@ -157,3 +157,30 @@ func TestCommitApplyFailsAfterLog(t *testing.T) {
 	}
 	mustNoErr(t, r.PutMeta("later", []byte("c"))) // the reopened store takes writes
 }
+
+// TestQuiet: a store is quiet while no write is being committed or waits,
+// and not while one is.
+func TestQuiet(t *testing.T) {
+	s, _ := openTest(t, Options{})
+	if !s.Quiet() {
+		t.Fatal("a store with no write in flight is not quiet")
+	}
+	in, out := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.update([]string{"quiet-test"}, func(txn *wtxn) error {
+			close(in)
+			<-out
+			return txn.Set([]byte("quiet-test"), []byte{1})
+		})
+	}()
+	<-in
+	if s.Quiet() {
+		t.Fatal("a store committing a write is quiet")
+	}
+	close(out)
+	mustNoErr(t, <-done)
+	if !s.Quiet() {
+		t.Fatal("a store is not quiet once its write returned")
+	}
+}

@@ -264,6 +264,10 @@ func (s *Store) MaxValue() int { return s.maxValue }
 // or in memory do not.
 func (s *Store) Syncs() bool { return s.commits.log != nil }
 
+// Quiet reports whether no write is being committed or waits to be: a
+// write made now would be a batch of its own, waiting for the disk alone.
+func (s *Store) Quiet() bool { return s.commits.quiet() }
+
 // clock returns the current time without its monotonic reading, so that
 // what is returned equals what is stored and read back.
 func (s *Store) clock() time.Time { return s.now().Round(0).UTC() }
