@@ -181,8 +181,9 @@ type providerReader struct {
 // any result, and its waiters hear of it once it is durable here, as
 // ever: what the requester reports is the result it checked and holds.
 // The provider's confirmation that it stored the result too is read
-// meanwhile, and the stream is kept for the next offer only after it, the
-// last message of this delegation on the stream.
+// after that (it has come by then, as a rule: the provider's write began
+// before the requester's), and the stream is kept for the next offer only
+// after it, the last message of this delegation on the stream.
 //
 // Without the confirmation (the stream ended: the provider died, or could
 // not store its record), the result stands all the same: it is checked,
@@ -191,10 +192,8 @@ type providerReader struct {
 // so.
 func (r *providerReader) provisionalResult(m *protocol.DelegationResult, raw []byte) (outcome, error, bool) {
 	e, d := r.e, r.d
-	got := make(chan bool, 1)
-	go func() { got <- r.awaitStored(m) }()
 	e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
-	if !<-got {
+	if !r.awaitStored(m) {
 		e.log.Warn("the provider did not confirm that it stored the result; the result, checked and stored here, stands",
 			"delegation", d.ID, "peer", d.Peer)
 		return outcomeDone, nil, true

@@ -104,7 +104,7 @@ func TestRunReportIsWellFormed(t *testing.T) {
 		} else {
 			t.Logf("%s: no direct synced writes: the file system of %s refused direct I/O", fmtBytes(l.Payload), dir)
 		}
-		if want := l.ForwardCopy.P50 + fastest*3/4; l.DurableFloor != want {
+		if want := l.ForwardCopy.P50 + fastest/4; l.DurableFloor != want {
 			t.Errorf("%s: durable floor %v, want %v", fmtBytes(l.Payload), l.DurableFloor, want)
 		}
 		if len(l.Delegations) != len(AllStores) {
