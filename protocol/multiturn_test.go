@@ -42,22 +42,7 @@ func fixtureMultiTurn(tb testing.TB) []struct {
 }
 
 func TestGoldenMultiTurn(t *testing.T) {
-	for _, v := range fixtureMultiTurn(t) {
-		t.Run(v.name, func(t *testing.T) {
-			b, err := EncodeMessage(v.m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkGolden(t, v.name, "EncodeMessage of the "+v.name+" fixture (protocol 1.3)", b)
-			got, err := DecodeMessage(readGolden(t, v.name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, v.m) {
-				t.Errorf("decoded golden vector differs from the fixture\n got %+v\nwant %+v", got, v.m)
-			}
-		})
-	}
+	checkGoldenMessages(t, fixtureMultiTurn(t), "protocol 1.3")
 	t.Run("result_proof_turns", func(t *testing.T) {
 		p := fixtureResultProof(t)
 		p.Turns = 3

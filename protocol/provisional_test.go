@@ -32,13 +32,23 @@ func fixtureProvisional(tb testing.TB) []struct {
 }
 
 func TestGoldenProvisional(t *testing.T) {
-	for _, v := range fixtureProvisional(t) {
+	checkGoldenMessages(t, fixtureProvisional(t), "protocol 1.5")
+}
+
+// checkGoldenMessages pins each message's encoding to its golden vector,
+// and checks that the vector decodes back to the message.
+func checkGoldenMessages(t *testing.T, cases []struct {
+	name string
+	m    Message
+}, version string) {
+	t.Helper()
+	for _, v := range cases {
 		t.Run(v.name, func(t *testing.T) {
 			b, err := EncodeMessage(v.m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, v.name, "EncodeMessage of the "+v.name+" fixture (protocol 1.5)", b)
+			checkGolden(t, v.name, "EncodeMessage of the "+v.name+" fixture ("+version+")", b)
 			got, err := DecodeMessage(readGolden(t, v.name))
 			if err != nil {
 				t.Fatal(err)
