@@ -509,6 +509,9 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 		}
 		e.publishNew(role, id, 1, append(events, resultEv))
 		if early {
+			if role == store.RoleProvider {
+				e.traceEncoded(Sent, requester, stored)
+			}
 			deliver(stored)
 			return
 		}

@@ -7,7 +7,7 @@ import (
 )
 
 // oDirect opens a file for writes that bypass the page cache
-// (blobfile.go).
+// (blobwrite.go).
 const oDirect = syscall.O_DIRECT
 
 // oDSync makes each write of the commit log return once its data is on the
@@ -15,7 +15,7 @@ const oDirect = syscall.O_DIRECT
 const oDSync = syscall.O_DSYNC
 
 // clearDirect turns O_DIRECT off on f, so that its next writes go through
-// the page cache: the last part block of a value file (blobfile.go).
+// the page cache: the last part block of a value file (blobwrite.go).
 func clearDirect(f *os.File) error {
 	rc, err := f.SyscallConn()
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // oDirect is 0 where kith does not use direct I/O: value files are written
-// through the page cache (blobfile.go).
+// through the page cache (blobwrite.go).
 const oDirect = 0
 
 // oDSync is 0 where the commit log syncs with File.Sync after each write.
