@@ -133,7 +133,7 @@ func (e *providerHalf) serveReattach(ctx context.Context, c *protocol.Conn, remo
 	// A result is stored before it is sent again: confirmed at once to an
 	// offer that asked for provisional results (1.5).
 	if protocol.OfferAsksProvisional(d.Offer) {
-		stored, err := protocol.EncodeMessage(&protocol.DelegationStatus{ID: q.ID, State: d.State, Stored: true})
+		stored, err := storedConfirmation(q.ID, d.State)
 		if err != nil || c.SendEncoded(stored) != nil {
 			return nil, nil
 		}

@@ -478,7 +478,7 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	// followed by the confirmation that it is stored.
 	var stored []byte
 	if f.provisional {
-		if stored, err = protocol.EncodeMessage(&protocol.DelegationStatus{ID: f.wire, State: state, Stored: true}); err != nil {
+		if stored, err = storedConfirmation(f.wire, state); err != nil {
 			e.log.Error("encode stored status", "delegation", id, "err", err)
 			return
 		}
@@ -536,6 +536,12 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 		return
 	}
 	e.sendResult(role, requester, tail, res, deliver, raw)
+}
+
+// storedConfirmation is the status that confirms a result of state is
+// stored, to an offer that asked for provisional results (1.5).
+func storedConfirmation(id protocol.DelegationID, state protocol.State) ([]byte, error) {
+	return protocol.EncodeMessage(&protocol.DelegationStatus{ID: id, State: state, Stored: true})
 }
 
 // sendResult sends what the requester has not yet been sent (tail), then
