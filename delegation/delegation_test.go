@@ -34,9 +34,8 @@ func TestDelegateCompletesWithVerifiedProof(t *testing.T) {
 		t.Fatalf("verify: %v", err)
 	}
 	// The provider keeps its own record, completed, with the same result.
-	pd, err := b.st.GetDelegation(store.RoleProvider, d.ID)
-	if err != nil || pd.State != protocol.StateCompleted || !bytes.Equal(pd.Result, d.Result) {
-		t.Fatalf("provider record %+v, err %v", pd.State, err)
+	if pd := providerRecord(t, b, d.ID); pd.State != protocol.StateCompleted || !bytes.Equal(pd.Result, d.Result) {
+		t.Fatalf("provider record %+v", pd.State)
 	}
 	saw := a.sawTypes()
 	for _, typ := range []protocol.MessageType{protocol.TypeCapabilityQuery, protocol.TypeCapabilityResponse,

@@ -144,10 +144,7 @@ func TestLargeDelegationAcrossCrash(t *testing.T) {
 	if _, err := a.engine().Verify(id); err != nil {
 		t.Fatalf("stored proof after restarts: %v", err)
 	}
-	pd, err := b.st.GetDelegation(store.RoleProvider, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pd := providerRecord(t, b, id)
 	m, err := protocol.DecodeMessage(pd.Offer)
 	if err != nil || m.(*protocol.DelegationOffer).Task.Parts[0].Text != text {
 		t.Fatalf("the provider's stored offer does not hold the task (%v)", err)
@@ -495,6 +492,7 @@ func TestForeignDelegationIDNotProbeable(t *testing.T) {
 	if d.State != protocol.StateCompleted {
 		t.Fatalf("alice: %s %s", d.State, d.Reason)
 	}
+	providerRecord(t, bob, d.ID) // bob holds alice's delegation before mallory comes
 	// Mallory offers under alice's ID, straight on the wire.
 	offer := &protocol.DelegationOffer{ID: d.ID, Profile: "echo", BudgetTokens: 10, HopLimit: 2,
 		Task: textTask("mallory's"), Chain: nil}
@@ -553,11 +551,7 @@ func TestExecutorErrorsStayLocal(t *testing.T) {
 	if strings.Contains(d.Reason, secret) || strings.Contains(r.Reason, secret) || strings.Contains(string(d.Result), secret) {
 		t.Fatalf("the provider's command path reached the requester: %q / %q", d.Reason, r.Reason)
 	}
-	p, err := b.st.GetDelegation(store.RoleProvider, d.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(p.Reason, secret) {
+	if p := providerRecord(t, b, d.ID); !strings.Contains(p.Reason, secret) {
 		t.Fatalf("the provider's own record lost the detail: %q", p.Reason)
 	}
 }

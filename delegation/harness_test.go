@@ -2,6 +2,7 @@ package delegation
 
 import (
 	"context"
+	"github.com/kithmesh/kith/internal/labtest"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -243,4 +244,18 @@ func waitStarted(t *testing.T, b *blockingHandler) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("handler never started")
 	}
+}
+
+// providerRecord returns n's record, as provider, of delegation id once it
+// has ended there. A requester may hear of a result before the provider's
+// record of it is durable (protocol 1.5, provisional results).
+func providerRecord(t *testing.T, n *testNode, id protocol.DelegationID) store.Delegation {
+	t.Helper()
+	var d store.Delegation
+	labtest.WaitFor(t, 15*time.Second, "the provider's record of "+id.String(), func() bool {
+		var err error
+		d, err = n.st.GetDelegation(store.RoleProvider, id)
+		return err == nil && d.State.Terminal()
+	})
+	return d
 }

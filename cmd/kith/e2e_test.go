@@ -159,8 +159,9 @@ func TestE2EDelegateEcho(t *testing.T) {
 		t.Errorf("tasks tree lacks %q; %v", want, r)
 	}
 
-	// The provider keeps its own record of the work it did.
-	if pd := b.delegation(id); pd.Role.String() != "provider" || pd.State.String() != "completed" || pd.Peer != a.id {
+	// The provider keeps its own record of the work it did (written while
+	// the result travelled: protocol 1.5, provisional results).
+	if pd := b.waitFor(id, "completed", func(d api.Delegation) bool { return d.State.String() == "completed" }); pd.Role.String() != "provider" || pd.Peer != a.id {
 		t.Errorf("b's record: %+v; want a completed provider delegation for %s", pd, a.id)
 	}
 
