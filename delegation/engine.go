@@ -254,6 +254,9 @@ type requesterHalf struct {
 	caps     map[peer.ID]knownCaps
 	idle     *idleStreams  // streams kept for the next offer (streampool.go)
 	keptWait time.Duration // keptAnswerTimeout; tests shorten it
+	// beforeCreate, when set (tests only), runs before a new delegation's
+	// record is written, after its offer went out; an error fails the write.
+	beforeCreate func() error
 }
 
 // payloadMargin is what an offer or result holds beside its parts

@@ -23,3 +23,8 @@ func (e *Engine) SetKeptAnswerTimeout(d time.Duration) { e.keptWait = d }
 // SetBeforeMergedWrite sets a function the provider runs before a fast
 // task's one write, after a provisional result went out.
 func (e *Engine) SetBeforeMergedWrite(f func()) { e.beforeMergedWrite = f }
+
+// SetBeforeCreate sets a function the requester runs before a new
+// delegation's record is written, after its offer went out; its error
+// fails the write.
+func (e *Engine) SetBeforeCreate(f func() error) { e.beforeCreate = f }

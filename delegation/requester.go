@@ -129,16 +129,22 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 		BudgetTokens: req.BudgetTokens, Offer: raw, Deadline: now.Add(req.Timeout + requestGrace),
 	}
 	// The record's write and the offer go out together: the offer is not
-	// an acknowledgement of anything, and the follower reads nothing the
-	// provider answers before the record is durable (created.wait). So a
-	// delegation costs the requester one durable write on its critical
-	// path, not two.
+	// an acknowledgement of anything, and the follower writes nothing of
+	// what the provider answers before the record is durable
+	// (created.wait); it reads and checks it meanwhile. So a delegation
+	// costs the requester one durable write on its critical path before
+	// the result's, and the result's checks overlap that one.
 	cr := &created{ch: make(chan error, 1)}
 	if err := e.follow(d, cr); err != nil {
 		return protocol.DelegationID{}, err
 	}
-	err = e.create(d)
-	cr.ch <- err
+	if e.beforeCreate != nil {
+		err = e.beforeCreate()
+	}
+	if err == nil {
+		err = e.create(d)
+	}
+	cr.done(err)
 	if err != nil {
 		return protocol.DelegationID{}, err
 	}
@@ -146,12 +152,24 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 }
 
 // created is the outcome of the write that creates a delegation, which its
-// first attempt overlaps with sending the offer. A nil *created is a
-// delegation already stored (one recovered at start).
+// first attempt overlaps with sending the offer and reading the answer. A
+// nil *created is a delegation already stored (one recovered at start).
 type created struct {
 	ch   chan error
 	once sync.Once
 	err  error
+	// abort ends the follower, set before the write begins: a delegation
+	// never stored is not followed (its stream is reset at once, not
+	// when the provider next writes to it).
+	abort func(error)
+}
+
+// done reports the write's outcome to the follower.
+func (c *created) done(err error) {
+	c.ch <- err
+	if err != nil && c.abort != nil {
+		c.abort(err)
+	}
 }
 
 // wait returns once the delegation is stored, or why it could not be.
@@ -179,6 +197,9 @@ func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	// attempt to read the log, see outgoing.replyMu).
 	own, cancel := context.WithCancelCause(context.Background())
 	o := &outgoing{cancel: cancel, offerHash: digestLater(d.Offer)} // begun once the offer is out (attempt)
+	if cr != nil {
+		cr.abort = cancel
+	}
 	e.reqMu.Lock()
 	e.outgoing[d.ID] = o
 	e.reqMu.Unlock()

@@ -36,8 +36,9 @@ const (
 // failed.
 //
 // A fresh attempt is the first one of a delegation just offered: it starts
-// from d as Delegate built it, reading nothing back, and waits for cr (the
-// write of d) before it reads the provider's answer.
+// from d as Delegate built it, reading nothing back. cr is the write of d:
+// the provider's answer is read and checked while it goes on, and nothing
+// of it is written, or reported, before it is done (providerReader.cr).
 //
 // An offer goes out on a stream kept from an earlier delegation to the same
 // provider when there is one (streampool.go), unless noKept: the last
@@ -65,7 +66,7 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 			return outcomeRetry, err
 		}
 	}
-	r := &providerReader{e: e, d: d, offerHash: o.offerHash, statuses: rate.NewLimiter(statusRate, statusBurst),
+	r := &providerReader{e: e, d: d, cr: cr, offerHash: o.offerHash, statuses: rate.NewLimiter(statusRate, statusBurst),
 		provisional: protocol.OfferAsksProvisional(cur.Offer) && e.speaks(d.Peer, protocol.ProvisionalResults)}
 	r.events = slices.Clone(currentAttempt(all))
 	r.moved = reoffered(all)
@@ -157,7 +158,7 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		})
 	}
 	r.c = c
-	r.buf = &eventBuffer{e: e.core, id: d.ID}
+	r.buf = &eventBuffer{e: e.core, id: d.ID, cr: cr}
 	if turn := pendingTurn(r.events); r.accepted && turn != nil {
 		// An answer stored while no stream was up, or whose stream broke
 		// before the provider acknowledged it: the provider takes it now,
@@ -178,10 +179,6 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		o.conn, o.reader = nil, nil
 		e.reqMu.Unlock()
 	}()
-	if err := cr.wait(); err != nil {
-		_ = s.Reset()
-		return outcomeDone, err
-	}
 	// Once the result is in, the provider reads on for our next offer
 	// (1.4): the stream goes back to the pool before the result is checked
 	// and stored, so that it is there when Wait returns; a stream that

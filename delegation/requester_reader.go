@@ -34,6 +34,7 @@ const requesterFlushBytes = 256 << 10
 type eventBuffer struct {
 	e     *core
 	id    protocol.DelegationID
+	cr    *created // the record's write, which every write here follows
 	mu    sync.Mutex
 	evs   []store.Event
 	size  int
@@ -77,6 +78,10 @@ func (b *eventBuffer) flushLocked() error {
 	}
 	if b.err != nil || b.done || len(b.evs) == 0 {
 		return b.err
+	}
+	if err := b.cr.wait(); err != nil {
+		b.err = err
+		return err
 	}
 	last := b.evs[len(b.evs)-1]
 	_, err := b.e.transitionAfter(store.RoleRequester, b.id, b.evs[:len(b.evs)-1], last.State, last, nil)
@@ -143,8 +148,13 @@ func (e *core) outputCap(budget uint64) int {
 // requester's view of the delegation: what the provider may send next
 // depends on what it sent before.
 type providerReader struct {
-	e         *requesterHalf
-	d         store.Delegation
+	e *requesterHalf
+	d store.Delegation
+	// cr is the write that creates d's record, when the first attempt
+	// overlaps it (nil otherwise): the reader takes and checks what the
+	// provider sends meanwhile, and writes nothing before it is done
+	// (transitionAfter, eventBuffer, acceptResult).
+	cr        *created
 	offerHash *digest // of the offer follow started with; checkProof uses it only for the same bytes
 	c         *protocol.Conn
 	buf       *eventBuffer
@@ -192,7 +202,7 @@ type providerReader struct {
 // so.
 func (r *providerReader) provisionalResult(m *protocol.DelegationResult, raw []byte) (outcome, error, bool) {
 	e, d := r.e, r.d
-	e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
+	e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash, r.cr)
 	if !r.awaitStored(m) {
 		e.log.Warn("the provider did not confirm that it stored the result; the result, checked and stored here, stands",
 			"delegation", d.ID, "peer", d.Peer)
@@ -269,7 +279,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if r.accepted && answered {
 			// The provider refused an answer: it no longer waits for one
 			// this node can give, so the conversation is over.
-			_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+			_, _ = r.transitionAfter(r.buf.take(), protocol.StateFailed, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
 				x.Reason = ReasonAnswerRefused + ": " + m.Reason.String()
 				if m.Detail != "" {
 					x.Reason += ": " + m.Detail
@@ -281,7 +291,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 		if r.accepted {
 			return r.violation(ReasonProtocolViolation, "provider rejected a delegation it had accepted"), nil, true
 		}
-		_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
+		_, _ = r.transitionAfter(r.buf.take(), protocol.StateRejected, store.Event{Type: EventRejected, Data: raw}, func(x *store.Delegation) {
 			x.Reason = m.Reason.String()
 			if m.Detail != "" {
 				x.Reason += ": " + m.Detail
@@ -307,7 +317,7 @@ func (r *providerReader) handle(m protocol.Message, raw []byte) (out outcome, er
 			return r.provisionalResult(m, raw)
 		}
 		r.streamKept = r.keepStream != nil && r.keepStream()
-		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash)
+		e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash, r.cr)
 		return outcomeDone, nil, true
 	}
 	return 0, nil, false
@@ -330,7 +340,7 @@ func (r *providerReader) status(m *protocol.DelegationStatus, raw []byte) (out o
 		if !r.accepted {
 			return outcomeConnected, errors.New("provider does not know the offer yet"), true
 		}
-		_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+		_, _ = r.transitionAfter(r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 			x.Reason = "provider does not know the delegation it accepted"
 		})
 		return outcomeDone, nil, true
@@ -410,12 +420,21 @@ func (r *providerReader) keep(ev store.Event) (out outcome, err error, end bool)
 // ends only the stream, and a reattach resumes from the log.
 func (r *providerReader) storeFailed(err error) (outcome, error, bool) {
 	if errors.Is(err, store.ErrInvalid) {
-		_, _ = r.e.transition(store.RoleRequester, r.d.ID, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+		_, _ = r.transitionAfter(nil, protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 			x.Reason = ReasonStore + ": " + err.Error()
 		})
 		return outcomeDone, err, true
 	}
 	return outcomeConnected, err, true
+}
+
+// transitionAfter is e.transitionAfter on the reader's delegation, once
+// its record is written (cr).
+func (r *providerReader) transitionAfter(before []store.Event, to protocol.State, ev store.Event, mutate func(*store.Delegation)) (store.Delegation, error) {
+	if err := r.cr.wait(); err != nil {
+		return store.Delegation{}, err
+	}
+	return r.e.transitionAfter(store.RoleRequester, r.d.ID, before, to, ev, mutate)
 }
 
 // violation ends a delegation whose provider broke the protocol or its
@@ -424,7 +443,7 @@ func (r *providerReader) storeFailed(err error) (outcome, error, bool) {
 func (r *providerReader) violation(reason, detail string) outcome {
 	e, d := r.e, r.d
 	e.log.Warn("provider violated the protocol", "delegation", d.ID, "peer", d.Peer, "reason", reason, "detail", detail)
-	_, _ = e.transitionAfter(store.RoleRequester, d.ID, r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
+	_, _ = r.transitionAfter(r.buf.take(), protocol.StateFailed, store.Event{}, func(x *store.Delegation) {
 		x.Reason = reason + ": " + detail
 	})
 	// On a fresh stream: this one ends now, and closing a stream the

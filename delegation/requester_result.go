@@ -20,8 +20,10 @@ import (
 // in one write. A result that fails a check is kept for inspection (unless
 // it is too large to keep) but the delegation ends failed with the reason.
 //
-// transcript is the attempt's log, before included.
-func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event, moved bool, offerHash *digest) {
+// transcript is the attempt's log, before included. cr, when set, is the
+// write that creates d's record: the result is checked while it goes on,
+// and stored after it (nowhere, if it failed: Delegate said so).
+func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event, moved bool, offerHash *digest, cr *created) {
 	state, reason := m.State, m.Reason
 	keep := raw
 	if n, limit := protocol.PayloadSize(m.Output), e.outputCap(d.BudgetTokens); n > limit {
@@ -41,6 +43,9 @@ func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationR
 	}
 	if !state.Terminal() {
 		state, reason = protocol.StateFailed, "provider sent a result with non-terminal state "+m.State.String()
+	}
+	if cr.wait() != nil {
+		return
 	}
 	// The log's result event carries no copy of the result: it is the
 	// delegation's Result, stored once.

@@ -1,0 +1,181 @@
+package delegation
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
+)
+
+// A requester's first attempt overlaps the write that creates its record:
+// the provider's answer is read and checked meanwhile, and written after.
+
+// heardResult returns a Config hook for node 0 of a mesh that closes the
+// returned channel once node 0 receives a result, and records the ID of
+// the first offer it sends.
+func heardResult() (func(i int, c *Config), <-chan struct{}, func() protocol.DelegationID) {
+	result := make(chan struct{})
+	var (
+		once  sync.Once
+		mu    sync.Mutex
+		offer protocol.DelegationID
+	)
+	cfg := func(i int, c *Config) {
+		if i != 0 {
+			return
+		}
+		c.Trace = func(dir Direction, _ peer.ID, m protocol.Message) {
+			switch m := m.(type) {
+			case *protocol.DelegationOffer:
+				mu.Lock()
+				if offer == (protocol.DelegationID{}) {
+					offer = m.ID
+				}
+				mu.Unlock()
+			case *protocol.DelegationResult:
+				if dir == Received {
+					once.Do(func() { close(result) })
+				}
+			}
+		}
+	}
+	return cfg, result, func() protocol.DelegationID {
+		mu.Lock()
+		defer mu.Unlock()
+		return offer
+	}
+}
+
+// TestAnswerReadWhileCreated: the requester's record is written only once
+// the provider's result has come (a hook holds the write): the reader took
+// the accept and the result meanwhile, and stores them after the record,
+// in order, so the delegation completes with its whole log.
+func TestAnswerReadWhileCreated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, result, _ := heardResult()
+	nodes := newMesh(t, 2, cfg)
+	a, b := nodes[0], nodes[1]
+	a.engine().SetBeforeCreate(func() error {
+		select {
+		case <-result:
+			return nil
+		case <-ctx.Done():
+			return errors.New("the requester read no result before its record was written")
+		}
+	})
+	id, err := a.engine().Delegate(ctx, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("ahead"), BudgetTokens: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "ahead" {
+		t.Fatalf("wait: %s %q (%s), %v", d.State, Output(d), d.Reason, err)
+	}
+	evs, err := a.st.Events(store.RoleRequester, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	if len(types) < 2 || types[0] != EventAccepted || types[len(types)-1] != EventResult {
+		t.Fatalf("the requester's log: %v, want the accept first and the result last", types)
+	}
+}
+
+// TestCreateFailsAfterAnswer: when the write of the record fails after the
+// provider's result came, Delegate reports the failure, and the follower
+// ends without writing anything of the answer: no record appears.
+func TestCreateFailsAfterAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg, result, offered := heardResult()
+	nodes := newMesh(t, 2, cfg)
+	a, b := nodes[0], nodes[1]
+	full := errors.New("no space left on device")
+	a.engine().SetBeforeCreate(func() error {
+		select {
+		case <-result:
+		case <-ctx.Done():
+		}
+		return full
+	})
+	_, err := a.engine().Delegate(ctx, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("lost"), BudgetTokens: 100})
+	if !errors.Is(err, full) {
+		t.Fatalf("Delegate: %v, want the write's error", err)
+	}
+	select {
+	case <-result:
+	default:
+		t.Fatal("the requester read no result before its record's write failed")
+	}
+	id := offered()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		a.engine().reqMu.Lock()
+		_, following := a.engine().outgoing[id]
+		a.engine().reqMu.Unlock()
+		if !following {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the follower of a delegation never stored did not end")
+		case <-tick.C:
+		}
+	}
+	if d, err := a.st.DelegationInfo(store.RoleRequester, id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a record of the failed delegation: %s, %v", d.State, err)
+	}
+}
+
+// TestBufferWaitsForRecord: the reader's buffered events are written only
+// once the record's write is done: after it when it succeeded, and not at
+// all when it failed.
+func TestBufferWaitsForRecord(t *testing.T) {
+	n := newMesh(t, 1, nil)[0]
+	e := n.engine()
+	accepted := store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: []byte("accept")}
+
+	failed := errors.New("no space left on device")
+	cr := &created{ch: make(chan error, 1)}
+	b := &eventBuffer{e: e.core, id: protocol.NewDelegationID(), cr: cr}
+	if err := b.add(accepted); err != nil {
+		t.Fatal(err)
+	}
+	cr.done(failed)
+	if err := b.flush(); !errors.Is(err, failed) {
+		t.Fatalf("flush after the record's write failed: %v, want its error", err)
+	}
+
+	d := store.Delegation{ID: protocol.NewDelegationID(), Role: store.RoleRequester, Peer: n.id.PeerID(), Remote: true,
+		Profile: "echo", State: protocol.StateOffered, BudgetTokens: 100, Offer: []byte("offer"), Deadline: time.Now().Add(time.Minute)}
+	cr = &created{ch: make(chan error, 1)}
+	b = &eventBuffer{e: e.core, id: d.ID, cr: cr}
+	if err := b.add(accepted); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- b.flush() }()
+	err := e.create(d)
+	cr.done(err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatalf("flush once the record is written: %v", err)
+	}
+	got, err := n.st.DelegationInfo(store.RoleRequester, d.ID)
+	if err != nil || got.State != protocol.StateAccepted {
+		t.Fatalf("the record after the flush: %s, %v", got.State, err)
+	}
+}
