@@ -52,16 +52,22 @@ func heardResult() (func(i int, c *Config), <-chan struct{}, func() protocol.Del
 	}
 }
 
+// createdMesh starts a requester a, whose answers heardResult observes,
+// and a provider b, with a context for the test.
+func createdMesh(t *testing.T) (context.Context, *testNode, *testNode, <-chan struct{}, func() protocol.DelegationID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	cfg, result, offered := heardResult()
+	nodes := newMesh(t, 2, cfg)
+	return ctx, nodes[0], nodes[1], result, offered
+}
+
 // TestAnswerReadWhileCreated: the requester's record is written only once
 // the provider's result has come (a hook holds the write): the reader took
 // the accept and the result meanwhile, and stores them after the record,
 // in order, so the delegation completes with its whole log.
 func TestAnswerReadWhileCreated(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg, result, _ := heardResult()
-	nodes := newMesh(t, 2, cfg)
-	a, b := nodes[0], nodes[1]
+	ctx, a, b, result, _ := createdMesh(t)
 	a.engine().SetBeforeCreate(func() error {
 		select {
 		case <-result:
@@ -95,11 +101,7 @@ func TestAnswerReadWhileCreated(t *testing.T) {
 // provider's result came, Delegate reports the failure, and the follower
 // ends without writing anything of the answer: no record appears.
 func TestCreateFailsAfterAnswer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cfg, result, offered := heardResult()
-	nodes := newMesh(t, 2, cfg)
-	a, b := nodes[0], nodes[1]
+	ctx, a, b, result, offered := createdMesh(t)
 	full := errors.New("no space left on device")
 	a.engine().SetBeforeCreate(func() error {
 		select {
