@@ -1,8 +1,11 @@
 package delegation
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,14 +55,39 @@ func heardResult() (func(i int, c *Config), <-chan struct{}, func() protocol.Del
 	}
 }
 
-// createdMesh starts a requester a, whose answers heardResult observes,
-// and a provider b, with a context for the test.
-func createdMesh(t *testing.T) (context.Context, *testNode, *testNode, <-chan struct{}, func() protocol.DelegationID) {
+// createdMesh starts a requester a, whose answers heardResult observes
+// and whose log goes to logs, and a provider b, with a context for the
+// test.
+func createdMesh(t *testing.T) (ctx context.Context, a, b *testNode, result <-chan struct{}, offered func() protocol.DelegationID, logs *lockedBuffer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	cfg, result, offered := heardResult()
-	nodes := newMesh(t, 2, cfg)
-	return ctx, nodes[0], nodes[1], result, offered
+	logs = &lockedBuffer{}
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		cfg(i, c)
+		if i == 0 {
+			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		}
+	})
+	return ctx, nodes[0], nodes[1], result, offered, logs
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may write at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // TestAnswerReadWhileCreated: the requester's record is written only once
@@ -67,7 +95,7 @@ func createdMesh(t *testing.T) (context.Context, *testNode, *testNode, <-chan st
 // the accept and the result meanwhile, and stores them after the record,
 // in order, so the delegation completes with its whole log.
 func TestAnswerReadWhileCreated(t *testing.T) {
-	ctx, a, b, result, _ := createdMesh(t)
+	ctx, a, b, result, _, _ := createdMesh(t)
 	a.engine().SetBeforeCreate(func() error {
 		select {
 		case <-result:
@@ -101,7 +129,7 @@ func TestAnswerReadWhileCreated(t *testing.T) {
 // provider's result came, Delegate reports the failure, and the follower
 // ends without writing anything of the answer: no record appears.
 func TestCreateFailsAfterAnswer(t *testing.T) {
-	ctx, a, b, result, offered := createdMesh(t)
+	ctx, a, b, result, offered, logs := createdMesh(t)
 	full := errors.New("no space left on device")
 	a.engine().SetBeforeCreate(func() error {
 		select {
@@ -137,6 +165,10 @@ func TestCreateFailsAfterAnswer(t *testing.T) {
 	}
 	if d, err := a.st.DelegationInfo(store.RoleRequester, id); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a record of the failed delegation: %s, %v", d.State, err)
+	}
+	// Nothing says the result was kept: it never was.
+	if l := logs.String(); strings.Contains(l, "stored here") || strings.Contains(l, "store result") {
+		t.Fatalf("the requester's log speaks of a result it never stored:\n%s", l)
 	}
 }
 

@@ -203,6 +203,9 @@ type providerReader struct {
 func (r *providerReader) provisionalResult(m *protocol.DelegationResult, raw []byte) (outcome, error, bool) {
 	e, d := r.e, r.d
 	e.acceptResult(d, m, raw, r.buf.take(), r.transcript(), r.moved, r.offerHash, r.cr)
+	if r.cr.wait() != nil {
+		return outcomeDone, nil, true // never stored here: Delegate said so
+	}
 	if !r.awaitStored(m) {
 		e.log.Warn("the provider did not confirm that it stored the result; the result, checked and stored here, stands",
 			"delegation", d.ID, "peer", d.Peer)
