@@ -150,10 +150,11 @@ func (e *core) outputCap(budget uint64) int {
 type providerReader struct {
 	e *requesterHalf
 	d store.Delegation
-	// cr is the write that creates d's record, when the first attempt
-	// overlaps it (nil otherwise): the reader takes and checks what the
-	// provider sends meanwhile, and writes nothing before it is done
-	// (transitionAfter, eventBuffer, acceptResult).
+	// cr is the write that creates d's record, which the first attempt
+	// overlaps (nil for a delegation recovered at start, stored already):
+	// the reader takes and checks what the provider sends meanwhile, and
+	// writes nothing before it is done (transitionAfter, eventBuffer,
+	// acceptResult).
 	cr        *created
 	offerHash *digest // of the offer follow started with; checkProof uses it only for the same bytes
 	c         *protocol.Conn
