@@ -12,6 +12,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -148,21 +149,12 @@ func TestCreateFailsAfterAnswer(t *testing.T) {
 		t.Fatal("the requester read no result before its record's write failed")
 	}
 	id := offered()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	labtest.WaitFor(t, time.Until(deadline(ctx)), "the end of the follower of a delegation never stored", func() bool {
 		a.engine().reqMu.Lock()
+		defer a.engine().reqMu.Unlock()
 		_, following := a.engine().outgoing[id]
-		a.engine().reqMu.Unlock()
-		if !following {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the follower of a delegation never stored did not end")
-		case <-tick.C:
-		}
-	}
+		return !following
+	})
 	if d, err := a.st.DelegationInfo(store.RoleRequester, id); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a record of the failed delegation: %s, %v", d.State, err)
 	}

@@ -2,7 +2,6 @@ package delegation
 
 import (
 	"context"
-	"github.com/kithmesh/kith/internal/labtest"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )

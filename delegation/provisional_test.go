@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -17,33 +18,30 @@ import (
 // fails the test at its deadline.
 func waitStored(t *testing.T, ctx context.Context, n *testNode, role store.Role, id protocol.DelegationID, what string, ok func(store.Delegation, error) bool) {
 	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		d, err := n.st.DelegationInfo(role, id)
-		if ok(d, err) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not before the deadline (state %s, err %v)", what, d.State, err)
-		case <-tick.C:
-		}
+	var (
+		d   store.Delegation
+		err error
+	)
+	if !labtest.Until(time.Until(deadline(ctx)), func() bool {
+		d, err = n.st.DelegationInfo(role, id)
+		return ok(d, err)
+	}) {
+		t.Fatalf("%s: not before the deadline (state %s, err %v)", what, d.State, err)
 	}
 }
 
 // waitKept polls until a keeps want streams to b for its next offers.
 func waitKept(t *testing.T, ctx context.Context, a, b *testNode, want int, what string) {
 	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for a.engine().idle.count(b.id.PeerID()) != want {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: %d streams kept, want %d", what, a.engine().idle.count(b.id.PeerID()), want)
-		case <-tick.C:
-		}
+	if !labtest.Until(time.Until(deadline(ctx)), func() bool { return a.engine().idle.count(b.id.PeerID()) == want }) {
+		t.Fatalf("%s: %d streams kept, want %d", what, a.engine().idle.count(b.id.PeerID()), want)
 	}
+}
+
+// deadline is ctx's deadline; the tests here always set one.
+func deadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
 }
 
 // TestProvisionalResult: the provider sends the result before its record
