@@ -97,7 +97,7 @@ func (l *lockedBuffer) String() string {
 // in order, so the delegation completes with its whole log.
 func TestAnswerReadWhileCreated(t *testing.T) {
 	ctx, a, b, result, _, _ := createdMesh(t)
-	a.engine().SetBeforeCreate(func() error {
+	a.engine().SetBeforeCreate(func(store.Delegation) error {
 		select {
 		case <-result:
 			return nil
@@ -132,7 +132,7 @@ func TestAnswerReadWhileCreated(t *testing.T) {
 func TestCreateFailsAfterAnswer(t *testing.T) {
 	ctx, a, b, result, offered, logs := createdMesh(t)
 	full := errors.New("no space left on device")
-	a.engine().SetBeforeCreate(func() error {
+	a.engine().SetBeforeCreate(func(store.Delegation) error {
 		select {
 		case <-result:
 		case <-ctx.Done():
@@ -165,15 +165,18 @@ func TestCreateFailsAfterAnswer(t *testing.T) {
 }
 
 // TestBufferWaitsForRecord: the reader's buffered events are written only
-// once the record's write is done: after it when it succeeded, and not at
-// all when it failed.
+// once the record's write, claimed by another (as Delegate claims it), is
+// done: after it when it succeeded, and not at all when it failed.
 func TestBufferWaitsForRecord(t *testing.T) {
 	n := newMesh(t, 1, nil)[0]
 	e := n.engine()
 	accepted := store.Event{Type: EventAccepted, State: protocol.StateAccepted, Data: []byte("accept")}
 
 	failed := errors.New("no space left on device")
-	cr := &created{ch: make(chan error, 1)}
+	cr := newCreated(e.requesterHalf, store.Delegation{}, time.Now())
+	if !cr.claim() {
+		t.Fatal("a fresh write was claimed already")
+	}
 	b := &eventBuffer{e: e.core, id: protocol.NewDelegationID(), cr: cr}
 	if err := b.add(accepted); err != nil {
 		t.Fatal(err)
@@ -185,7 +188,10 @@ func TestBufferWaitsForRecord(t *testing.T) {
 
 	d := store.Delegation{ID: protocol.NewDelegationID(), Role: store.RoleRequester, Peer: n.id.PeerID(), Remote: true,
 		Profile: "echo", State: protocol.StateOffered, BudgetTokens: 100, Offer: []byte("offer"), Deadline: time.Now().Add(time.Minute)}
-	cr = &created{ch: make(chan error, 1)}
+	cr = newCreated(e.requesterHalf, d, time.Now())
+	if !cr.claim() {
+		t.Fatal("a fresh write was claimed already")
+	}
 	b = &eventBuffer{e: e.core, id: d.ID, cr: cr}
 	if err := b.add(accepted); err != nil {
 		t.Fatal(err)

@@ -216,6 +216,7 @@ type core struct {
 
 	subsMu sync.Mutex
 	subs   map[subKey]map[chan store.Event]*subscription
+	finals map[protocol.DelegationID]*store.Delegation // for Wait (keepFinal)
 
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
@@ -248,15 +249,18 @@ type providerHalf struct {
 // result; it hands local work to the provider half.
 type requesterHalf struct {
 	*core
-	prov     *providerHalf
-	reqMu    sync.Mutex
-	outgoing map[protocol.DelegationID]*outgoing
-	caps     map[peer.ID]knownCaps
-	idle     *idleStreams  // streams kept for the next offer (streampool.go)
-	keptWait time.Duration // keptAnswerTimeout; tests shorten it
+	prov        *providerHalf
+	reqMu       sync.Mutex
+	outgoing    map[protocol.DelegationID]*outgoing
+	fast        map[answerKey]bool // providers that answered their last offer fast (answersFast)
+	caps        map[peer.ID]knownCaps
+	idle        *idleStreams  // streams kept for the next offer (streampool.go)
+	keptWait    time.Duration // keptAnswerTimeout; tests shorten it
+	createDelay time.Duration // createDelay; tests stretch it
 	// beforeCreate, when set (tests only), runs before a new delegation's
-	// record is written, after its offer went out; an error fails the write.
-	beforeCreate func() error
+	// record is written, after its offer went out, with the record as it
+	// will be written; an error fails the write.
+	beforeCreate func(store.Delegation) error
 }
 
 // payloadMargin is what an offer or result holds beside its parts
@@ -285,6 +289,7 @@ func New(cfg Config) (*Engine, error) {
 		st:         cfg.Store,
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
 		subs:       make(map[subKey]map[chan store.Event]*subscription),
+		finals:     make(map[protocol.DelegationID]*store.Delegation),
 		recovered:  make(chan struct{}),
 		started:    make(chan struct{}),
 		workers:    newWorkers(),
@@ -306,12 +311,14 @@ func New(cfg Config) (*Engine, error) {
 		core:         c,
 		providerHalf: p,
 		requesterHalf: &requesterHalf{
-			core:     c,
-			prov:     p,
-			outgoing: make(map[protocol.DelegationID]*outgoing),
-			caps:     make(map[peer.ID]knownCaps),
-			idle:     newIdleStreams(cfg.Conn.IOTimeout),
-			keptWait: keptAnswerTimeout,
+			core:        c,
+			prov:        p,
+			outgoing:    make(map[protocol.DelegationID]*outgoing),
+			fast:        make(map[answerKey]bool),
+			caps:        make(map[peer.ID]knownCaps),
+			idle:        newIdleStreams(cfg.Conn.IOTimeout),
+			keptWait:    keptAnswerTimeout,
+			createDelay: createDelay,
 		},
 	}
 	e.m = newMetrics(cfg.Registerer, e)
@@ -514,6 +521,9 @@ func (e *core) publish(role store.Role, id protocol.DelegationID, ev store.Event
 func (e *core) publishFinal(role store.Role, id protocol.DelegationID, ev store.Event, final *store.Delegation) {
 	e.subsMu.Lock()
 	defer e.subsMu.Unlock()
+	if role == store.RoleRequester {
+		delete(e.finals, id) // it changed since (keepFinal)
+	}
 	for ch, sub := range e.subs[subKey{role, id}] {
 		if final != nil {
 			sub.final.Store(final)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/store"
 )
 
 // SetMutateResult lets a test tamper with results after they are signed.
@@ -25,6 +26,10 @@ func (e *Engine) SetKeptAnswerTimeout(d time.Duration) { e.keptWait = d }
 func (e *Engine) SetBeforeMergedWrite(f func()) { e.beforeMergedWrite = f }
 
 // SetBeforeCreate sets a function the requester runs before a new
-// delegation's record is written, after its offer went out; its error
-// fails the write.
-func (e *Engine) SetBeforeCreate(f func() error) { e.beforeCreate = f }
+// delegation's record is written, after its offer went out, with the
+// record as it will be written; its error fails the write.
+func (e *Engine) SetBeforeCreate(f func(store.Delegation) error) { e.beforeCreate = f }
+
+// SetCreateDelay sets how long Delegate waits for a fast provider's answer
+// before it writes the record alone.
+func (e *Engine) SetCreateDelay(d time.Duration) { e.createDelay = d }

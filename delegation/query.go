@@ -23,6 +23,9 @@ func (e *core) Get(id protocol.DelegationID) (store.Delegation, error) {
 // (Get has both): a waiter has the task it sent, and reading a large one
 // back would cost more than the rest of the wait.
 func (e *core) Wait(ctx context.Context, id protocol.DelegationID) (store.Delegation, error) {
+	if d := e.takeFinal(id); d != nil {
+		return *d, nil
+	}
 	ch, sub, cancel := e.subscribe(store.RoleRequester, id, waitBuffer)
 	defer cancel()
 	// The delegation is read only when it may have changed to a terminal
@@ -55,6 +58,43 @@ func (e *core) Wait(ctx context.Context, id protocol.DelegationID) (store.Delega
 			}
 		}
 	}
+}
+
+// Finals: a delegation whose result came before its record was written
+// ends in the write that creates it (createWithResult), before Delegate
+// returns and so before its caller can subscribe; reading it back at once
+// would wait for the store to apply that write. The record is kept for
+// the first Wait instead. At most maxFinals are kept (a caller may never
+// wait), only with results of up to maxFinalResult bytes, and any later
+// event of the delegation drops its record (publishFinal).
+const (
+	maxFinals      = 256
+	maxFinalResult = 64 << 10
+)
+
+// keepFinal keeps d, terminal and without its offer, for takeFinal.
+func (e *core) keepFinal(d *store.Delegation) {
+	if len(d.Result) > maxFinalResult {
+		return
+	}
+	e.subsMu.Lock()
+	defer e.subsMu.Unlock()
+	if len(e.finals) >= maxFinals {
+		for id := range e.finals {
+			delete(e.finals, id)
+			break
+		}
+	}
+	e.finals[d.ID] = d
+}
+
+// takeFinal returns the record keepFinal kept for id, if any, once.
+func (e *core) takeFinal(id protocol.DelegationID) *store.Delegation {
+	e.subsMu.Lock()
+	defer e.subsMu.Unlock()
+	d := e.finals[id]
+	delete(e.finals, id)
+	return d
 }
 
 // finished reads a delegation this node requested, with its Result and

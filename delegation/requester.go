@@ -134,51 +134,153 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 	// (created.wait); it reads and checks it meanwhile. So a delegation
 	// costs the requester one durable write on its critical path before
 	// the result's, and the result's checks overlap that one.
-	cr := &created{ch: make(chan error, 1)}
+	//
+	// A provider that answered this profile's last offer within
+	// createDelay is given that long to answer this one before the record
+	// is written alone: a result that comes first is written with the
+	// record, one write instead of two (acceptResult).
+	cr := newCreated(e, d, now)
+	merge := e.answersFast(target, req.Profile)
+	if merge {
+		// Its file, if it has one, is written while the offer travels.
+		e.st.StageOffer(store.RoleRequester, d.ID, d.Offer)
+	}
 	if err := e.follow(d, cr); err != nil {
+		e.st.DropStaged(store.RoleRequester, d.ID)
 		return protocol.DelegationID{}, err
 	}
-	if e.beforeCreate != nil {
-		err = e.beforeCreate()
+	if merge {
+		t := time.NewTimer(e.createDelay)
+		select {
+		case <-cr.written:
+		case <-t.C:
+			if cr.claim() { // no answer yet: the record goes alone
+				e.noteAnswer(target, req.Profile, false)
+				cr.done(e.createRecord(d))
+			}
+		case <-ctx.Done(): // the caller stops waiting: the record is written now
+		}
+		t.Stop()
 	}
-	if err == nil {
-		err = e.create(d)
-	}
-	cr.done(err)
-	if err != nil {
+	if err := cr.wait(); err != nil {
 		return protocol.DelegationID{}, err
 	}
 	return offer.ID, nil
 }
 
-// created is the outcome of the write that creates a delegation, which its
-// first attempt overlaps with sending the offer and reading the answer. A
-// nil *created is a delegation already stored (one recovered at start).
+// createDelay is how long Delegate waits for the answer of a provider that
+// answers fast (answersFast) before it writes the delegation's record
+// alone. A result that comes sooner is written with the record, in one
+// write: a short delegation then costs the requester one durable write,
+// not two. The price: Delegate returns createDelay later when such a
+// provider is slow this time (once: the next offer to it does not wait),
+// and a requester that crashes in the meantime loses an offer it never
+// acknowledged, as it does between sending one and its record's sync.
+const createDelay = 5 * time.Millisecond
+
+// maxAnswerNotes bounds the providers and profiles answersFast remembers.
+const maxAnswerNotes = 1024
+
+type answerKey struct {
+	peer    peer.ID
+	profile string
+}
+
+// answersFast reports whether p answered its last offer for profile within
+// createDelay.
+func (e *requesterHalf) answersFast(p peer.ID, profile string) bool {
+	e.reqMu.Lock()
+	defer e.reqMu.Unlock()
+	return e.fast[answerKey{p, profile}]
+}
+
+// noteAnswer records whether p answered an offer for profile within
+// createDelay.
+func (e *requesterHalf) noteAnswer(p peer.ID, profile string, fast bool) {
+	k := answerKey{p, profile}
+	e.reqMu.Lock()
+	defer e.reqMu.Unlock()
+	if !fast {
+		delete(e.fast, k)
+		return
+	}
+	if len(e.fast) >= maxAnswerNotes {
+		clear(e.fast)
+	}
+	e.fast[k] = true
+}
+
+// created is the write that creates a delegation, which its first attempt
+// overlaps with sending the offer and reading the answer. It is made once,
+// by whoever claims it first: Delegate, or the follower when it has
+// something to write (the result with the record, in one write, when that
+// comes first). A nil *created is a delegation already stored (one
+// recovered at start).
 type created struct {
-	ch   chan error
-	once sync.Once
-	err  error
+	e *requesterHalf
+	d store.Delegation
+	// at is when Delegate began the delegation: the record's creation time
+	// when the result is written with it.
+	at time.Time
+
+	mu    sync.Mutex
+	taken bool
+
+	written chan struct{} // closed once the write is done
+	err     error         // its outcome, set before written is closed
 	// abort ends the follower, set before the write begins: a delegation
 	// never stored is not followed (its stream is reset at once, not
 	// when the provider next writes to it).
 	abort func(error)
 }
 
-// done reports the write's outcome to the follower.
+func newCreated(e *requesterHalf, d store.Delegation, at time.Time) *created {
+	return &created{e: e, d: d, at: at, written: make(chan struct{})}
+}
+
+// claim reports whether the caller is the one to make the write, which it
+// must then report with done. Only the first call claims it.
+func (c *created) claim() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.taken {
+		return false
+	}
+	c.taken = true
+	return true
+}
+
+// done reports the write's outcome.
 func (c *created) done(err error) {
-	c.ch <- err
+	c.err = err
+	close(c.written)
 	if err != nil && c.abort != nil {
 		c.abort(err)
 	}
 }
 
-// wait returns once the delegation is stored, or why it could not be.
+// wait returns once the delegation is stored, or why it could not be,
+// writing the record alone if no one has claimed the write yet.
 func (c *created) wait() error {
 	if c == nil {
 		return nil
 	}
-	c.once.Do(func() { c.err = <-c.ch })
+	if c.claim() {
+		c.done(c.e.createRecord(c.d))
+	}
+	<-c.written
 	return c.err
+}
+
+// createRecord writes a new delegation's record (or d with its outcome,
+// and events, when the result came first).
+func (e *requesterHalf) createRecord(d store.Delegation, events ...store.Event) error {
+	if e.beforeCreate != nil {
+		if err := e.beforeCreate(d); err != nil {
+			return err
+		}
+	}
+	return e.create(d, events...)
 }
 
 func (e *requesterHalf) hasProfile(name string) bool {

@@ -22,7 +22,8 @@ import (
 //
 // transcript is the attempt's log, before included. cr, when set, is the
 // write that creates d's record: the result is checked while it goes on,
-// and stored after it (nowhere, if it failed: Delegate said so).
+// and stored after it (nowhere, if it failed: Delegate said so); or, when
+// no one has claimed that write yet, stored with the record in one write.
 func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationResult, raw []byte, before, transcript []store.Event, moved bool, offerHash *digest, cr *created) {
 	state, reason := m.State, m.Reason
 	keep := raw
@@ -44,6 +45,13 @@ func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationR
 	if !state.Terminal() {
 		state, reason = protocol.StateFailed, "provider sent a result with non-terminal state "+m.State.String()
 	}
+	if cr != nil {
+		e.noteAnswer(d.Peer, d.Profile, e.cfg.Now().Sub(cr.at) <= e.createDelay)
+		if cr.claim() {
+			e.createWithResult(cr, state, keep, reason, m.Usage, before)
+			return
+		}
+	}
 	if cr.wait() != nil {
 		return
 	}
@@ -60,6 +68,34 @@ func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationR
 			x.Reason = ReasonStore + ": " + err.Error()
 		})
 	}
+}
+
+// createWithResult writes a delegation's record with its checked result:
+// one write, where creating the record and then storing the result take
+// two. The record, its log and what subscribers hear are those the two
+// writes make (TestResultWithRecord), and cr reports the write to
+// Delegate, which returns once it is durable.
+func (e *requesterHalf) createWithResult(cr *created, state protocol.State, result []byte, reason string, usage protocol.Usage, before []store.Event) {
+	now := e.cfg.Now()
+	d := cr.d
+	d.State, d.Result, d.Reason, d.Usage = state, result, reason, store.Usage(usage)
+	d.CreatedAt, d.UpdatedAt = cr.at, now
+	evs := make([]store.Event, 0, len(before)+1)
+	for _, ev := range before {
+		if ev.At.IsZero() {
+			ev.At = now
+		}
+		evs = append(evs, ev)
+	}
+	evs = append(evs, store.Event{Type: EventResult, State: state, At: now})
+	err := e.createRecord(d, evs...)
+	cr.done(err)
+	if err != nil {
+		return // Delegate reports it
+	}
+	e.publishNew(store.RoleRequester, d.ID, 1, evs)
+	d.Offer, d.LastSeq = nil, uint64(len(evs)) // as Wait's reads return it
+	e.keepFinal(&d)
 }
 
 // checkProof verifies a result's proof against what this node sent and
