@@ -52,7 +52,9 @@ type outgoing struct {
 const requestGrace = 5 * time.Second
 
 // Delegate starts a delegation and returns its ID once the request is
-// durable. Follow it with Subscribe or Wait.
+// durable. Follow it with Subscribe or Wait. To a provider that answers
+// fast (answersFast) it may return up to createDelay later, once the
+// request is durable with its result.
 func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.DelegationID, error) {
 	if err := protocol.CheckProfileName(req.Profile); err != nil {
 		return protocol.DelegationID{}, fmt.Errorf("%w: %v", ErrBadRequest, err)

@@ -40,6 +40,15 @@ func (m *Metrics) ValueFiles() map[string]uint64 {
 	return promread.Counters(m.files, "how")
 }
 
+// Commits reads back how many writes (transactions) kith_store_commit_seconds
+// has observed; a nil Metrics reads 0.
+func (m *Metrics) Commits() uint64 {
+	if m == nil {
+		return 0
+	}
+	return promread.Observations(m.commit)
+}
+
 // fileWritten counts a value file: how is staged, commit or dropped.
 func (m *Metrics) fileWritten(how string) {
 	if m != nil {

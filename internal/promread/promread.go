@@ -36,3 +36,12 @@ func Counters(v *prometheus.CounterVec, labels ...string) map[string]uint64 {
 	}
 	return out
 }
+
+// Observations returns how many observations h has taken.
+func Observations(h prometheus.Histogram) uint64 {
+	var d dto.Metric
+	if h.Write(&d) != nil {
+		return 0
+	}
+	return d.GetHistogram().GetSampleCount()
+}

@@ -29,3 +29,16 @@ func TestCounters(t *testing.T) {
 		t.Errorf("one label: %v", got)
 	}
 }
+
+func TestObservations(t *testing.T) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "t_seconds", Help: "t"})
+	if got := Observations(h); got != 0 {
+		t.Fatalf("empty histogram: %d", got)
+	}
+	for _, v := range []float64{0.001, 2, 0} {
+		h.Observe(v)
+	}
+	if got := Observations(h); got != 3 {
+		t.Errorf("Observations = %d, want 3", got)
+	}
+}

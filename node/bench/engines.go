@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kithmesh/kith/crypto"
 	"github.com/kithmesh/kith/delegation"
@@ -46,6 +47,7 @@ func (k StoreKind) valid() bool {
 // side is one host's delegation engine and its store.
 type side struct {
 	st     *store.Store
+	writes *store.Metrics // counts st's writes (Anatomy)
 	eng    *delegation.Engine
 	cancel context.CancelFunc
 	done   chan error
@@ -113,14 +115,14 @@ func engineConfig(id *crypto.Identity, st *store.Store, d hostDialer, slots int,
 	}
 }
 
-func openStore(kind StoreKind, dir string) (*store.Store, error) {
+func openStore(kind StoreKind, dir string, m *store.Metrics) (*store.Store, error) {
 	switch kind {
 	case StoreMemory:
-		return store.OpenInMemory(store.Options{})
+		return store.OpenInMemory(store.Options{Metrics: m})
 	case StoreNoSync:
-		return store.Open(dir, store.Options{NoSync: true})
+		return store.Open(dir, store.Options{NoSync: true, Metrics: m})
 	case StoreDurable:
-		return store.Open(dir, store.Options{})
+		return store.Open(dir, store.Options{Metrics: m})
 	}
 	return nil, fmt.Errorf("bench: unknown store kind %q", kind)
 }
@@ -144,11 +146,12 @@ func startEngines(ctx context.Context, hp *hostPair, kind StoreKind, dir string,
 		h    host.Host
 		name string
 	}{{&e.a, hp.ida, hp.a, "a"}, {&e.b, hp.idb, hp.b, "b"}} {
-		st, err := openStore(kind, filepath.Join(dir, string(kind)+"-"+s.name))
+		m := store.NewMetrics(prometheus.NewRegistry())
+		st, err := openStore(kind, filepath.Join(dir, string(kind)+"-"+s.name), m)
 		if err != nil {
 			return nil, err
 		}
-		s.side.st = st
+		s.side.st, s.side.writes = st, m
 		eng, err := delegation.New(engineConfig(s.id, st, hostDialer{s.h, &e.streams}, slots, capBudget))
 		if err != nil {
 			return nil, err
@@ -274,22 +277,22 @@ func (e *engines) delegateBudget(ctx context.Context, text string, budget uint64
 }
 
 // Anatomy is what one delegation wrote to each side's store, and when.
-// Each write is one store transaction: on a durable store, one commit that
-// waits for the disk (in badger v4.9.6 a sync of the memtable's WAL and one
-// of the value log, see store/doc.go).
+// Each write is one store transaction: on a durable store, one that waits
+// for the disk (the commit log's synced write, store/commitlog.go), or
+// shares that wait with the others of its batch.
 type Anatomy struct {
 	Store StoreKind `json:"store"`
 	// RoundTrip is Delegate to Wait's return for this one delegation.
 	RoundTrip time.Duration `json:"round_trip_ns"`
-	// RequesterWrites counts the requester's store transactions: events
-	// written together (with the create, or with a transition) share one
-	// timestamp, so it is the number of distinct timestamps.
+	// RequesterWrites counts the requester's store transactions while
+	// the delegation ran, ProviderWrites the provider's (each store's
+	// kith_store_commit_seconds observations).
 	RequesterWrites int `json:"requester_writes"`
-	// ProviderWrites: likewise, plus the replay-cache entry of the offer
-	// stream's envelope.
-	ProviderWrites int `json:"provider_writes"`
-	// Steps are the events and creates that carry a timestamp (all but
-	// the replay entry), in time order.
+	ProviderWrites  int `json:"provider_writes"`
+	// Steps are the creates and events, by the time each carries, in time
+	// order: events written together share one. A requester's record
+	// carries the time Delegate began it, also when it was written later
+	// with the result.
 	Steps []Step `json:"steps"`
 }
 
@@ -309,17 +312,31 @@ func (e *engines) anatomy(ctx context.Context, text string) (Anatomy, error) {
 			return Anatomy{}, err
 		}
 	}
+	before := [2]uint64{e.a.writes.Commits(), e.b.writes.Commits()}
 	t0 := time.Now()
 	id, err := e.delegate(ctx, text)
 	if err != nil {
 		return Anatomy{}, err
 	}
 	a := Anatomy{Store: e.kind, RoundTrip: time.Since(t0)}
+	// A provider sends a fast task's result while its write syncs
+	// (protocol 1.5): it may land after Wait returned.
+	var prov store.Delegation
+	for {
+		if prov, err = e.b.st.DelegationInfo(store.RoleProvider, id); err == nil && prov.State.Terminal() {
+			break
+		}
+		if ctx.Err() != nil {
+			return Anatomy{}, fmt.Errorf("bench: the provider's record of %s: %v (%w)", id, err, ctx.Err())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	a.RequesterWrites = int(e.a.writes.Commits() - before[0])
+	a.ProviderWrites = int(e.b.writes.Commits() - before[1])
 	for _, s := range []struct {
-		side   store.Role
-		st     *store.Store
-		writes *int
-	}{{store.RoleRequester, e.a.st, &a.RequesterWrites}, {store.RoleProvider, e.b.st, &a.ProviderWrites}} {
+		side store.Role
+		st   *store.Store
+	}{{store.RoleRequester, e.a.st}, {store.RoleProvider, e.b.st}} {
 		d, err := s.st.GetDelegation(s.side, id)
 		if err != nil {
 			return Anatomy{}, err
@@ -327,14 +344,6 @@ func (e *engines) anatomy(ctx context.Context, text string) (Anatomy, error) {
 		evs, err := s.st.Events(s.side, id, 0)
 		if err != nil {
 			return Anatomy{}, err
-		}
-		times := map[time.Time]bool{d.CreatedAt: true}
-		for _, ev := range evs {
-			times[ev.At] = true
-		}
-		*s.writes = len(times)
-		if s.side == store.RoleProvider {
-			*s.writes++ // the replay entry
 		}
 		a.Steps = append(a.Steps, Step{Side: s.side.String(), Write: "create", At: d.CreatedAt.Sub(t0)})
 		for _, ev := range evs {

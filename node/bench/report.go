@@ -167,8 +167,8 @@ func (r Report) WriteTable(w io.Writer) error {
 
 	a := r.Anatomy
 	fmt.Fprintf(w, "one delegation (%s store, %s round trip) made %d store writes (transactions), requester %d, provider %d\n"+
-		"(the provider's first is its replay-cache entry for the offer's envelope; then each event, by time;\n"+
-		"events with the same time were written together):\n",
+		"(each store's own count; then the creates and events by the time each carries, events with the same time\n"+
+		"written together; a requester's record carries the time Delegate began it, also when written with its result):\n",
 		a.Store, fmtDur(a.RoundTrip), a.RequesterWrites+a.ProviderWrites, a.RequesterWrites, a.ProviderWrites)
 	for _, s := range a.Steps {
 		fmt.Fprintf(w, "  %8s  %-9s %s\n", "+"+fmtDur(s.At), s.Side, s.Write)
