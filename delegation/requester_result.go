@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -76,10 +77,12 @@ func (e *requesterHalf) acceptResult(d store.Delegation, m *protocol.DelegationR
 // writes make (TestResultWithRecord), and cr reports the write to
 // Delegate, which returns once it is durable.
 func (e *requesterHalf) createWithResult(cr *created, state protocol.State, result []byte, reason string, usage protocol.Usage, before []store.Event) {
-	now := e.cfg.Now()
+	// Times as the store returns them: UTC, without a monotonic reading.
+	stored := func(t time.Time) time.Time { return t.Round(0).UTC() }
+	now := stored(e.cfg.Now())
 	d := cr.d
 	d.State, d.Result, d.Reason, d.Usage = state, result, reason, store.Usage(usage)
-	d.CreatedAt, d.UpdatedAt = cr.at, now
+	d.CreatedAt, d.UpdatedAt, d.Deadline = stored(cr.at), now, stored(d.Deadline)
 	evs := make([]store.Event, 0, len(before)+1)
 	for _, ev := range before {
 		if ev.At.IsZero() {
