@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -497,10 +496,6 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 		early := stored != nil && e.st.Syncs() && e.st.Quiet()
 		if early {
 			e.sendResult(role, requester, events, res, deliver, raw)
-			// The muxer's writer, woken by the send, waits to run on this
-			// processor, which the write below would hold through its
-			// submission to the disk: it goes first.
-			runtime.Gosched()
 		}
 		if e.beforeMergedWrite != nil {
 			e.beforeMergedWrite()
