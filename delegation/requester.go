@@ -141,11 +141,12 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 	// createDelay is given that long to answer this one before the record
 	// is written alone: a result that comes first is written with the
 	// record, one write instead of two (acceptResult). Only when the write
-	// would wait for the disk alone: under load, writes share a batch's
-	// sync, and a record held back 5 ms for an answer that comes later
-	// holds back the result's write behind it.
+	// would wait for the disk alone: a store that does not sync saves
+	// microseconds, and under load writes share a batch's sync, and a
+	// record held back 5 ms for an answer that comes later holds back the
+	// result's write behind it.
 	cr := newCreated(e, d, now)
-	merge := e.st.Quiet() && e.answersFast(target, req.Profile)
+	merge := e.st.Syncs() && e.st.Quiet() && e.answersFast(target, req.Profile)
 	if merge {
 		// Its file, if it has one, is written while the offer travels.
 		e.st.StageOffer(store.RoleRequester, d.ID, d.Offer)
