@@ -12,10 +12,10 @@
 // provider stores a task that ends within openDelay once, accept and result
 // together (a task it had not yet stored when it crashed is run again when
 // the requester re-offers it), and the requester stores its record while
-// the offer travels and the provider's messages with the result, or, when
-// the provider answered its last offer for the profile within createDelay,
-// its record with the result in one write if the result comes that soon
-// (Delegate returns once it is durable). A live
+// the offer travels and the provider's messages with the result, or, on a
+// store that syncs, when the provider answered its last offer for the
+// profile within createDelay, its record with the result in one write if
+// the result comes that soon (Delegate returns once it is durable). A live
 // delegation's log is kept in memory as well, so signing and checking a
 // result proof read nothing back from the store.
 //
