@@ -92,13 +92,13 @@ func (e *requesterHalf) createWithResult(cr *created, state protocol.State, resu
 	}
 	evs = append(evs, store.Event{Type: EventResult, State: state, At: now})
 	err := e.createRecord(d, evs...)
-	cr.done(err)
-	if err != nil {
-		return // Delegate reports it
+	if err == nil {
+		e.publishNew(store.RoleRequester, d.ID, 1, evs)
+		// Kept before Delegate returns, so that the caller's Wait finds it.
+		d.Offer, d.LastSeq = nil, uint64(len(evs)) // as Wait's reads return it
+		e.keepFinal(&d)
 	}
-	e.publishNew(store.RoleRequester, d.ID, 1, evs)
-	d.Offer, d.LastSeq = nil, uint64(len(evs)) // as Wait's reads return it
-	e.keepFinal(&d)
+	cr.done(err) // Delegate reports an error
 }
 
 // checkProof verifies a result's proof against what this node sent and

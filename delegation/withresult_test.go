@@ -100,6 +100,15 @@ func TestResultWithRecord(t *testing.T) {
 	if len(w) != 1 || w[0].State != protocol.StateCompleted {
 		t.Fatalf("the record was written as %v, want once, with its result", states(w))
 	}
+	kept := func() bool {
+		a.engine().subsMu.Lock()
+		defer a.engine().subsMu.Unlock()
+		_, ok := a.engine().finals[id]
+		return ok
+	}
+	if !kept() {
+		t.Fatal("Delegate returned before the record written with its result was kept for Wait")
+	}
 	got, err := a.engine().Wait(ctx, id)
 	if err != nil || got.State != protocol.StateCompleted || Output(got) != "together" {
 		t.Fatalf("wait: %s %q (%s), %v", got.State, Output(got), got.Reason, err)
@@ -109,6 +118,9 @@ func TestResultWithRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameDelegation(t, "Wait's record", got, stored)
+	if kept() {
+		t.Fatal("Wait left the record it took kept")
+	}
 	again, err := a.engine().Wait(ctx, id) // read back now
 	if err != nil {
 		t.Fatal(err)
