@@ -39,6 +39,7 @@ func (slowExec) Execute(ctx context.Context, _ executor.Task, emit func(executor
 type testGateway struct {
 	srv *httptest.Server
 	st  *store.Store
+	eng *delegation.Engine
 	gw  *Gateway
 }
 
@@ -69,7 +70,7 @@ func newTestGateway(t *testing.T) *testGateway {
 	done := make(chan error, 1)
 	go func() { done <- eng.Run(ctx) }()
 	<-eng.Started() // else a first request may find it not yet running
-	tg := &testGateway{st: st}
+	tg := &testGateway{st: st, eng: eng}
 	tg.gw = New(Config{
 		Engine: eng, Store: st, Identity: id, BaseURL: func() string { return tg.srv.URL },
 		MaxBodyBytes: 64 << 10, Version: "test",
@@ -409,5 +410,61 @@ func TestInputRequiredAnswered(t *testing.T) {
 				t.Fatal("a refused answer stored a delegation")
 			}
 		})
+	}
+}
+
+// TestStreamOfEndedTask: a task that a streamed message began streams its
+// whole life, submitted, working, its output and its end, even when its
+// delegation had ended before the stream began (a fast provider's result
+// is stored with the requester's record, before Delegate returns).
+func TestStreamOfEndedTask(t *testing.T) {
+	tg := newTestGateway(t)
+	ctx := context.Background()
+	eng := tg.eng
+	id, err := eng.Delegate(ctx, delegation.Request{Profile: "echo", Task: protocol.Task{Role: "user", Parts: []protocol.Part{protocol.TextPart("x y")}}, BudgetTokens: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := eng.Wait(ctx, id); err != nil || d.State != protocol.StateCompleted {
+		t.Fatalf("wait: %s, %v", d.State, err)
+	}
+	d, err := tg.st.GetDelegation(store.RoleRequester, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{g: tg.gw, profile: "echo"}
+	var seen []string
+	a.stream(ctx, asCreated(d), func(ev a2a.Event, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e := ev.(type) {
+		case *a2a.Task:
+			seen = append(seen, "task:"+string(e.Status.State))
+		case *a2a.TaskStatusUpdateEvent:
+			seen = append(seen, "status:"+string(e.Status.State))
+		case *a2a.TaskArtifactUpdateEvent:
+			if e.LastChunk {
+				seen = append(seen, "output:"+e.Artifact.Parts[0].Text())
+			}
+		}
+		return true
+	})
+	want := []string{"task:" + string(a2a.TaskStateSubmitted), "status:" + string(a2a.TaskStateWorking),
+		"output:x y", "status:" + string(a2a.TaskStateCompleted)}
+	if strings.Join(seen, " ") != strings.Join(want, " ") {
+		t.Fatalf("stream of a task that had ended: %v, want %v", seen, want)
+	}
+	// Streamed as it stands, the same task shows no work: what a task this
+	// stream began must not look like.
+	seen = nil
+	a.stream(ctx, d, func(ev a2a.Event, err error) bool {
+		if _, ok := ev.(*a2a.TaskStatusUpdateEvent); ok {
+			seen = append(seen, "status:"+string(ev.(*a2a.TaskStatusUpdateEvent).Status.State))
+		}
+		return true
+	})
+	if strings.Contains(strings.Join(seen, " "), string(a2a.TaskStateWorking)) {
+		t.Fatalf("the ended task as it stands streamed %v", seen)
 	}
 }

@@ -64,7 +64,23 @@ func (a *agent) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRe
 			yield(nil, err)
 			return
 		}
+		if req.Message.TaskID == "" {
+			// A task this message began streams its whole life, from its
+			// log, however soon it ended: a fast provider's result may be
+			// stored with the delegation's record, before Delegate returns.
+			d = asCreated(d)
+		}
 		a.stream(ctx, d, yield)
+	}
+}
+
+// asCreated is d as it was when it was created: offered, with no events,
+// result or outcome yet.
+func asCreated(d store.Delegation) store.Delegation {
+	return store.Delegation{
+		ID: d.ID, Role: d.Role, Peer: d.Peer, Remote: d.Remote, Parent: d.Parent, ContextID: d.ContextID,
+		Profile: d.Profile, State: protocol.StateOffered, BudgetTokens: d.BudgetTokens, Offer: d.Offer,
+		CreatedAt: d.CreatedAt, UpdatedAt: d.CreatedAt, Deadline: d.Deadline,
 	}
 }
 
