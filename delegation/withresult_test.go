@@ -260,3 +260,40 @@ func TestSlowAnswerWritesRecord(t *testing.T) {
 		t.Fatal("a provider that answered after createDelay is still taken as fast")
 	}
 }
+
+// TestNoHoldBackWithoutSync: on a store that does not sync, the record is
+// written at once, alone, even for a provider that answers fast: holding
+// it back would save no wait for the disk.
+func TestNoHoldBackWithoutSync(t *testing.T) {
+	mem, err := store.OpenInMemory(store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mem.Close() })
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		if i == 0 {
+			c.Store = mem
+		}
+	})
+	a, b := nodes[0], nodes[1]
+	rec := &records{}
+	a.engine().SetBeforeCreate(rec.hook)
+	a.engine().SetCreateDelay(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 2 {
+		id, err := a.engine().Delegate(ctx, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("m"), BudgetTokens: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := a.engine().Wait(ctx, id); err != nil || d.State != protocol.StateCompleted {
+			t.Fatalf("delegation %d: %s (%s), %v", i, d.State, d.Reason, err)
+		}
+		if w := rec.of(id); len(w) != 1 || w[0].State != protocol.StateOffered {
+			t.Fatalf("delegation %d's record was written as %v, want once, alone", i, states(w))
+		}
+	}
+	if !a.engine().answersFast(b.id.PeerID(), "echo") {
+		t.Fatal("the provider answered fast, and is not noted so: the test shows nothing")
+	}
+}
