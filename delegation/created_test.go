@@ -148,7 +148,14 @@ func TestCreateFailsAfterAnswer(t *testing.T) {
 	default:
 		t.Fatal("the requester read no result before its record's write failed")
 	}
-	id := offered()
+	neverStored(t, ctx, a, offered(), logs)
+}
+
+// neverStored checks what follows a delegation id whose record's write
+// failed: its follower ends, no record appears, and a's log (logs) says
+// nothing of a result kept, as none was.
+func neverStored(t *testing.T, ctx context.Context, a *testNode, id protocol.DelegationID, logs *lockedBuffer) {
+	t.Helper()
 	labtest.WaitFor(t, time.Until(deadline(ctx)), "the end of the follower of a delegation never stored", func() bool {
 		a.engine().reqMu.Lock()
 		defer a.engine().reqMu.Unlock()
@@ -158,7 +165,6 @@ func TestCreateFailsAfterAnswer(t *testing.T) {
 	if d, err := a.st.DelegationInfo(store.RoleRequester, id); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a record of the failed delegation: %s, %v", d.State, err)
 	}
-	// Nothing says the result was kept: it never was.
 	if l := logs.String(); strings.Contains(l, "stored here") || strings.Contains(l, "store result") {
 		t.Fatalf("the requester's log speaks of a result it never stored:\n%s", l)
 	}

@@ -160,9 +160,8 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 		select {
 		case <-cr.written:
 		case <-t.C:
-			if cr.claim() { // no answer yet: the record goes alone
+			if cr.writeAlone() { // no answer yet
 				e.noteAnswer(target, req.Profile, false)
-				cr.done(e.createRecord(d))
 			}
 		case <-ctx.Done(): // the caller stops waiting: the record is written now
 		}
@@ -271,11 +270,19 @@ func (c *created) wait() error {
 	if c == nil {
 		return nil
 	}
-	if c.claim() {
-		c.done(c.e.createRecord(c.d))
-	}
+	c.writeAlone()
 	<-c.written
 	return c.err
+}
+
+// writeAlone writes the record alone, unless someone has claimed the write
+// already, and reports whether it did.
+func (c *created) writeAlone() bool {
+	if !c.claim() {
+		return false
+	}
+	c.done(c.e.createRecord(c.d))
+	return true
 }
 
 // createRecord writes a new delegation's record (or d with its outcome,

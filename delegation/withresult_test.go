@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/delegation/executor"
-	"github.com/kithmesh/kith/internal/labtest"
 	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
@@ -203,18 +202,7 @@ func TestResultWithRecordFails(t *testing.T) {
 	if last.State != protocol.StateCompleted {
 		t.Fatalf("the failed write was of a %s record, want one with its result", last.State)
 	}
-	labtest.WaitFor(t, time.Until(deadline(ctx)), "the end of the follower of a delegation never stored", func() bool {
-		a.engine().reqMu.Lock()
-		defer a.engine().reqMu.Unlock()
-		_, following := a.engine().outgoing[last.ID]
-		return !following
-	})
-	if d, err := a.st.DelegationInfo(store.RoleRequester, last.ID); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("a record of the failed delegation: %s, %v", d.State, err)
-	}
-	if l := logs.String(); strings.Contains(l, "stored here") || strings.Contains(l, "store result") {
-		t.Fatalf("the requester's log speaks of a result it never stored:\n%s", l)
-	}
+	neverStored(t, ctx, a, last.ID, logs)
 }
 
 // TestSlowAnswerWritesRecord: when a provider that answered fast before
