@@ -150,12 +150,16 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 	if merge {
 		// Its file, if it has one, is written while the offer travels.
 		e.st.StageOffer(store.RoleRequester, d.ID, d.Offer)
+	} else {
+		cr.claim() // the record is written alone, below, whenever the answer comes
 	}
 	if err := e.follow(d, cr); err != nil {
 		e.st.DropStaged(store.RoleRequester, d.ID)
 		return protocol.DelegationID{}, err
 	}
-	if merge {
+	if !merge {
+		cr.done(e.createRecord(d))
+	} else {
 		t := time.NewTimer(e.createDelay)
 		select {
 		case <-cr.written:
