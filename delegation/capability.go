@@ -43,18 +43,63 @@ func live(a *protocol.CapabilityAssertion, now time.Time) bool {
 // capabilities returns p's verified capability assertion, asking p when
 // no answer to a query is cached or the cached one is stale (past half its
 // life).
+//
+// Callers that need p's capabilities at the same time share one query
+// (a plan's burst of offers to one provider would otherwise open as many
+// query streams at once, against its limit on a peer's streams); one whose
+// own context ended asks again. When the query fails, an answer still
+// live serves.
 func (e *requesterHalf) capabilities(ctx context.Context, p peer.ID) (*protocol.CapabilityAssertion, error) {
-	e.reqMu.Lock()
-	k := e.caps[p]
-	e.reqMu.Unlock()
-	if halfLife(k.query, e.cfg.Now()) {
-		return k.query, nil
+	for {
+		e.reqMu.Lock()
+		k := e.caps[p]
+		if halfLife(k.query, e.cfg.Now()) {
+			e.reqMu.Unlock()
+			return k.query, nil
+		}
+		q := e.capQueries[p]
+		lead := q == nil
+		if lead {
+			q = &capQuery{done: make(chan struct{})}
+			e.capQueries[p] = q
+		}
+		e.reqMu.Unlock()
+		if lead {
+			fresh, err := e.QueryCapabilities(ctx, p)
+			if err == nil {
+				q.a = &fresh
+			}
+			q.err = err
+			e.reqMu.Lock()
+			delete(e.capQueries, p)
+			e.reqMu.Unlock()
+			close(q.done)
+		} else {
+			select {
+			case <-q.done:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			if q.err != nil && ctx.Err() == nil && (errors.Is(q.err, context.Canceled) || errors.Is(q.err, context.DeadlineExceeded)) {
+				continue // the leader's caller gave up, not p
+			}
+		}
+		if q.err == nil {
+			return q.a, nil
+		}
+		if live(k.query, e.cfg.Now()) {
+			return k.query, nil
+		}
+		return nil, q.err
 	}
-	fresh, err := e.QueryCapabilities(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	return &fresh, nil
+}
+
+// capQuery is a capability query in flight, shared by the callers that
+// wait for it.
+type capQuery struct {
+	done chan struct{} // closed once a and err are set
+	a    *protocol.CapabilityAssertion
+	err  error
 }
 
 // QueryCapabilities asks p for its signed capability assertion, verifies

@@ -254,9 +254,11 @@ type requesterHalf struct {
 	outgoing    map[protocol.DelegationID]*outgoing
 	fast        map[answerKey]bool // providers that answered their last offer fast (answersFast)
 	caps        map[peer.ID]knownCaps
-	idle        *idleStreams  // streams kept for the next offer (streampool.go)
-	keptWait    time.Duration // keptAnswerTimeout; tests shorten it
-	createDelay time.Duration // createDelay; tests stretch it
+	capQueries  map[peer.ID]*capQuery // in flight (capabilities)
+	idle        *idleStreams          // streams kept for the next offer (streampool.go)
+	gates       *streamGates          // places for new streams under providers' stream limits (streamgate.go)
+	keptWait    time.Duration         // keptAnswerTimeout; tests shorten it
+	createDelay time.Duration         // createDelay; tests stretch it
 	// beforeCreate, when set (tests only), runs before a new delegation's
 	// record is written, after its offer went out, with the record as it
 	// will be written; an error fails the write.
@@ -316,7 +318,9 @@ func New(cfg Config) (*Engine, error) {
 			outgoing:    make(map[protocol.DelegationID]*outgoing),
 			fast:        make(map[answerKey]bool),
 			caps:        make(map[peer.ID]knownCaps),
+			capQueries:  make(map[peer.ID]*capQuery),
 			idle:        newIdleStreams(cfg.Conn.IOTimeout),
+			gates:       newStreamGates(cfg.Now),
 			keptWait:    keptAnswerTimeout,
 			createDelay: createDelay,
 		},

@@ -27,6 +27,10 @@ type metrics struct {
 	roundTrip     *prometheus.HistogramVec
 	slotsInUse    prometheus.GaugeFunc
 	slotsCapacity prometheus.GaugeFunc
+
+	// streamsRefused counts new delegation streams refused as over a
+	// stream limit (streamgate.go), by where: local or remote.
+	streamsRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
@@ -49,6 +53,8 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 			"Requests refused by a per-peer rate limit, by what was limited (stream, offer, query).", "kind"),
 		poolRefusals: counter("remote_pool_refusals_total",
 			"Offers refused because the remote pool was full, by rule (pool_full, peer_share, untrusted_share).", "rule"),
+		streamsRefused: counter("delegation_streams_refused_total",
+			"New delegation streams refused as over a stream limit, this node's (local) or the provider's (remote); the offer waits for one of this node's streams to that provider to close, then goes again.", "where"),
 		preempted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "kith", Name: "vram_preempted_total",
 			Help: "Remote delegations preempted because local work needed their VRAM."}),
 		roundTrip: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "kith", Name: "delegation_round_trip_seconds",
@@ -61,7 +67,7 @@ func newMetrics(reg prometheus.Registerer, e *Engine) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.started, m.ended, m.offerRejects, m.inboundFails, m.capRejects, m.rateLimited,
-			m.poolRefusals, m.preempted, m.roundTrip, m.slotsInUse, m.slotsCapacity)
+			m.poolRefusals, m.streamsRefused, m.preempted, m.roundTrip, m.slotsInUse, m.slotsCapacity)
 	}
 	return m
 }

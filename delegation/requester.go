@@ -364,6 +364,12 @@ func (e *requesterHalf) followLoop(ctx context.Context, d store.Delegation, o *o
 			// and not as a failed attempt.
 			attempt--
 			continue
+		case outcomeRefused:
+			// Over a stream limit while other streams to the provider
+			// are open: the next attempt waits for one of them to close
+			// (streamgate.go), until the deadline; not a failed attempt.
+			attempt--
+			continue
 		case outcomePreempted:
 			lost = nil
 			cur, err := e.st.DelegationInfo(store.RoleRequester, d.ID)

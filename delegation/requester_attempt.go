@@ -5,8 +5,10 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
 	"golang.org/x/time/rate"
 
 	"github.com/kithmesh/kith/protocol"
@@ -28,6 +30,7 @@ const (
 	outcomeDone                     // the delegation is terminal here
 	outcomePreempted                // the provider preempted it: offer it elsewhere
 	outcomeStale                    // a kept stream had gone (streampool.go): offer again on a new one
+	outcomeRefused                  // a new stream was over a stream limit while others were open: wait for a place (streamgate.go)
 )
 
 // attempt opens one stream to the provider, sends the offer (or, once the
@@ -111,15 +114,11 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		}
 	}
 	if kept == nil {
-		dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
-		opened = e.cfg.Now()
-		s, err = e.cfg.Dialer.OpenStream(dctx, d.Peer)
-		cancel()
-		if err != nil {
-			e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
+		if s, err = e.openGated(ctx, d); err != nil {
 			e.idle.drop(d.Peer)
-			return outcomeRetry, err
+			return e.refusedOutcome(d.Peer, err), err
 		}
+		opened = e.cfg.Now()
 	}
 	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 	defer stop()
@@ -133,6 +132,11 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 	if err != nil {
 		_ = s.Reset()
 		e.idle.drop(d.Peer) // a new stream failed: free what the provider counts
+		if kept == nil {
+			if out := e.refusedOutcome(d.Peer, err); out == outcomeRefused {
+				return out, err
+			}
+		}
 		if errors.Is(err, protocol.ErrPayloadTooLarge) || errors.Is(err, protocol.ErrFrameTooLarge) {
 			// A local size error: no retry can fix it.
 			if cr.wait() != nil {
@@ -188,6 +192,9 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		if !stop() || !e.speaks(d.Peer, protocol.StreamReuse) {
 			return false
 		}
+		if e.gates.waiting(d.Peer) > 0 {
+			return false // closed: its place goes to an offer waiting for one
+		}
 		if kept == nil {
 			kept = &idleStream{s: s, c: c, born: opened}
 		}
@@ -209,6 +216,9 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 			// A new stream the provider refused (its limit on a peer's
 			// streams counts the kept ones): free them for the next try.
 			e.idle.drop(d.Peer)
+			if out := e.refusedOutcome(d.Peer, err); out == outcomeRefused {
+				return out, err
+			}
 		}
 	}
 	return out, err
@@ -221,3 +231,50 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 // downgrade) never does, and the offer goes again on a new stream, which
 // the provider takes as new or, if it has it after all, as a reattach.
 const keptAnswerTimeout = 5 * time.Second
+
+// openGated opens a new delegation stream to d's provider once the stream
+// gates give it a place (streamgate.go), waiting at most until d's
+// deadline; the place goes back when the stream closes.
+func (e *requesterHalf) openGated(ctx context.Context, d store.Delegation) (Stream, error) {
+	gctx, cancel := ctx, context.CancelFunc(func() {})
+	if !d.Deadline.IsZero() {
+		gctx, cancel = context.WithDeadline(ctx, d.Deadline)
+	}
+	err := e.gates.acquire(gctx, d.Peer)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	release := sync.OnceFunc(func() { e.gates.release(d.Peer) })
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
+	s, err := e.cfg.Dialer.OpenStream(dctx, d.Peer)
+	cancel()
+	if err != nil {
+		e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
+		release()
+		return nil, err
+	}
+	return &gatedStream{Stream: s, release: release}, nil
+}
+
+// refusedOutcome is how an attempt whose new stream failed with err, never
+// heard from, ends: outcomeRefused when a stream limit refused it while
+// other streams to p are open (backpressure: the gates now hold the next
+// stream back until one of them closes), else outcomeRetry. The stream's
+// place must be released already.
+func (e *requesterHalf) refusedOutcome(p peer.ID, err error) outcome {
+	over, remote := overLimit(err)
+	if !over {
+		return outcomeRetry
+	}
+	where := "local"
+	if remote {
+		where = "remote"
+	}
+	e.m.streamsRefused.WithLabelValues(where).Inc()
+	if !e.gates.refused(p) {
+		return outcomeRetry
+	}
+	e.log.Debug("stream over a limit; waiting for a place", "peer", p, "where", where, "err", err)
+	return outcomeRefused
+}
