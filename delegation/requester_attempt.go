@@ -114,11 +114,23 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		}
 	}
 	if kept == nil {
-		if s, err = e.openGated(ctx, d); err != nil {
+		var handed *idleStream
+		if s, handed, err = e.openGated(ctx, d, !r.accepted && !noKept); err != nil {
 			e.idle.drop(d.Peer)
 			return e.refusedOutcome(d.Peer, err), err
 		}
-		opened = e.cfg.Now()
+		if handed != nil {
+			// Handed on by a delegation that just ended on it while this
+			// offer waited for a place (streamgate.go).
+			if err := handed.c.SendEncoded(cur.Offer); err != nil {
+				_ = handed.s.Reset()
+				return outcomeStale, err
+			}
+			s, c, kept = handed.s, handed.c, handed
+			r.kept = true
+		} else {
+			opened = e.cfg.Now()
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 	defer stop()
@@ -192,14 +204,15 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 		if !stop() || !e.speaks(d.Peer, protocol.StreamReuse) {
 			return false
 		}
-		if e.gates.waiting(d.Peer) > 0 {
-			return false // closed: its place goes to an offer waiting for one
-		}
 		if kept == nil {
 			kept = &idleStream{s: s, c: c, born: opened}
 		}
 		kept.uses++
-		e.idle.put(d.Peer, kept, e.cfg.Now())
+		now := e.cfg.Now()
+		if reusable(kept, now) && e.gates.handKept(d.Peer, kept) {
+			return true // an offer waiting for a place goes on it
+		}
+		e.idle.put(d.Peer, kept, now)
 		return true
 	}
 	out, err := r.read()
@@ -234,16 +247,18 @@ const keptAnswerTimeout = 5 * time.Second
 
 // openGated opens a new delegation stream to d's provider once the stream
 // gates give it a place (streamgate.go), waiting at most until d's
-// deadline; the place goes back when the stream closes.
-func (e *requesterHalf) openGated(ctx context.Context, d store.Delegation) (Stream, error) {
+// deadline; the place goes back when the stream closes. When takesKept, a
+// delegation ending meanwhile may hand on its kept stream instead: that is
+// returned, and no stream.
+func (e *requesterHalf) openGated(ctx context.Context, d store.Delegation, takesKept bool) (Stream, *idleStream, error) {
 	gctx, cancel := ctx, context.CancelFunc(func() {})
 	if !d.Deadline.IsZero() {
 		gctx, cancel = context.WithDeadline(ctx, d.Deadline)
 	}
-	err := e.gates.acquire(gctx, d.Peer)
+	handed, err := e.gates.acquire(gctx, d.Peer, takesKept)
 	cancel()
-	if err != nil {
-		return nil, err
+	if err != nil || handed != nil {
+		return nil, handed, err
 	}
 	release := sync.OnceFunc(func() { e.gates.release(d.Peer) })
 	dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
@@ -252,9 +267,9 @@ func (e *requesterHalf) openGated(ctx context.Context, d store.Delegation) (Stre
 	if err != nil {
 		e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
 		release()
-		return nil, err
+		return nil, nil, err
 	}
-	return &gatedStream{Stream: s, release: release}, nil
+	return &gatedStream{Stream: s, release: release}, nil, nil
 }
 
 // refusedOutcome is how an attempt whose new stream failed with err, never

@@ -40,11 +40,19 @@ type streamGates struct {
 }
 
 type streamGate struct {
-	open    int             // delegation streams open to the peer
-	limit   int             // most open at once; 0: none learned
-	learned time.Time       // when limit was last set or raised
-	waiters []chan struct{} // in order; each is sent to once it holds a place
-	probe   *time.Timer     // raises the limit while offers wait; nil when none is due
+	open    int           // delegation streams open to the peer
+	limit   int           // most open at once; 0: none learned
+	learned time.Time     // when limit was last set or raised
+	waiters []*gateWaiter // in order
+	probe   *time.Timer   // raises the limit while offers wait; nil when none is due
+}
+
+// gateWaiter is a new stream waiting for a place. It receives once it
+// holds one: nil, a place for a new stream, or, when it takes one, a kept
+// stream whose delegation just ended (handKept), which holds its place.
+type gateWaiter struct {
+	got       chan *idleStream
+	takesKept bool
 }
 
 // gateProbe is how long a learned limit holds before it is raised by one.
@@ -55,8 +63,10 @@ func newStreamGates(now func() time.Time) *streamGates {
 }
 
 // acquire takes a place for a new stream to p, waiting while p's learned
-// limit is reached. It fails only when ctx ends first.
-func (gs *streamGates) acquire(ctx context.Context, p peer.ID) error {
+// limit is reached. A waiter that takesKept may be handed a kept stream
+// instead (handKept), which it returns; else the place is for a stream
+// the caller opens. It fails only when ctx ends first.
+func (gs *streamGates) acquire(ctx context.Context, p peer.ID, takesKept bool) (*idleStream, error) {
 	gs.mu.Lock()
 	g := gs.peers[p]
 	if g == nil {
@@ -67,15 +77,15 @@ func (gs *streamGates) acquire(ctx context.Context, p peer.ID) error {
 	if len(g.waiters) == 0 && g.free() {
 		g.open++
 		gs.mu.Unlock()
-		return nil
+		return nil, nil
 	}
-	w := make(chan struct{}, 1)
+	w := &gateWaiter{got: make(chan *idleStream, 1), takesKept: takesKept}
 	g.waiters = append(g.waiters, w)
 	gs.arm(p, g)
 	gs.mu.Unlock()
 	select {
-	case <-w:
-		return nil
+	case is := <-w.got:
+		return is, nil
 	case <-ctx.Done():
 	}
 	gs.mu.Lock()
@@ -89,9 +99,14 @@ func (gs *streamGates) acquire(ctx context.Context, p peer.ID) error {
 	}
 	gs.mu.Unlock()
 	if handed {
-		gs.release(p) // a place came with the end: give it on
+		// A place came with the end: give it on.
+		if is := <-w.got; is != nil {
+			_ = is.s.Close() // releases its place
+		} else {
+			gs.release(p)
+		}
 	}
-	return context.Cause(ctx)
+	return nil, context.Cause(ctx)
 }
 
 // free reports whether g has a place; gs.mu is held.
@@ -130,7 +145,7 @@ func (gs *streamGates) handOn(p peer.ID, g *streamGate) {
 		w := g.waiters[0]
 		g.waiters = g.waiters[1:]
 		g.open++
-		w <- struct{}{}
+		w.got <- nil
 	}
 	if g.open <= 0 && len(g.waiters) == 0 {
 		if g.probe != nil {
@@ -158,6 +173,26 @@ func (gs *streamGates) arm(p peer.ID, g *streamGate) {
 		gs.handOn(p, g)
 		gs.arm(p, g)
 	})
+}
+
+// handKept hands is, a kept stream to p whose delegation just ended, to
+// the first offer waiting for a place that takes one, and reports whether
+// one did: the stream keeps its place, and the offer skips a new stream.
+func (gs *streamGates) handKept(p peer.ID, is *idleStream) bool {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := gs.peers[p]
+	if g == nil {
+		return false
+	}
+	for i, w := range g.waiters {
+		if w.takesKept {
+			g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+			w.got <- is
+			return true
+		}
+	}
+	return false
 }
 
 // refused notes that a new stream to p, whose place was just released,

@@ -200,8 +200,9 @@ func streamLimitScenario(t *testing.T, probe time.Duration, refused int) {
 	}
 }
 
-// TestStreamGate: places are handed on in the order offers came; one whose
-// caller gives up leaves the line, or hands on a place it was just given;
+// TestStreamGate: places are handed on in the order offers came, and a
+// kept stream to the first that takes one; one whose caller gives up
+// leaves the line;
 // a refusal with nothing else open is not backpressure; a learned limit
 // rises by one each probe interval, also while nothing closes; a peer with
 // nothing open or waiting is forgotten.
@@ -214,12 +215,12 @@ func TestStreamGate(t *testing.T) {
 		t.Fatal("a refusal with no stream open is backpressure")
 	}
 	for range 3 {
-		if err := gs.acquire(ctx, p); err != nil {
+		if _, err := gs.acquire(ctx, p, false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The fourth stream was refused: its place is back, three are open.
-	if err := gs.acquire(ctx, p); err != nil {
+	if _, err := gs.acquire(ctx, p, false); err != nil {
 		t.Fatal(err)
 	}
 	gs.release(p)
@@ -235,7 +236,7 @@ func TestStreamGate(t *testing.T) {
 			c = cctx
 		}
 		go func() {
-			if gs.acquire(c, p) == nil {
+			if _, err := gs.acquire(c, p, false); err == nil {
 				got <- i
 			}
 		}()
@@ -257,6 +258,32 @@ func TestStreamGate(t *testing.T) {
 	if i := <-got; i != 2 {
 		t.Fatalf("waiter %d went second", i)
 	}
+	// A kept stream goes to the first waiter that takes one, keeping its
+	// place; a fresh place to the first in line.
+	plain, takes := make(chan *idleStream, 1), make(chan *idleStream, 1)
+	for i, ch := range []chan *idleStream{plain, takes} {
+		go func() {
+			is, err := gs.acquire(ctx, p, ch == takes)
+			if err == nil {
+				ch <- is
+			}
+		}()
+		labtest.WaitFor(t, 5*time.Second, "a waiter", func() bool { return gs.waiting(p) == i+1 })
+	}
+	kept := &idleStream{}
+	if !gs.handKept(p, kept) {
+		t.Fatal("a kept stream not handed on to an offer that takes one")
+	}
+	if is := <-takes; is != kept {
+		t.Fatalf("handed %p, want %p", is, kept)
+	}
+	if gs.handKept(p, kept) {
+		t.Fatal("a kept stream handed to an offer that takes none")
+	}
+	gs.release(p) // 1 open of 2: the plain waiter
+	if is := <-plain; is != nil {
+		t.Fatal("a fresh place came with a stream")
+	}
 	gs.release(p)
 	gs.release(p)
 	gs.mu.Lock()
@@ -269,7 +296,7 @@ func TestStreamGate(t *testing.T) {
 	// A learned limit rises while offers wait, with nothing closing.
 	gs.probe = 20 * time.Millisecond
 	for range 2 {
-		if err := gs.acquire(ctx, p); err != nil {
+		if _, err := gs.acquire(ctx, p, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -277,7 +304,10 @@ func TestStreamGate(t *testing.T) {
 		t.Fatal("no backpressure")
 	}
 	done := make(chan error, 1)
-	go func() { done <- gs.acquire(ctx, p) }()
+	go func() {
+		_, err := gs.acquire(ctx, p, false)
+		done <- err
+	}()
 	select {
 	case err := <-done: // after two raises: limit 3, with 2 open
 		if err != nil {

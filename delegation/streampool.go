@@ -102,13 +102,18 @@ func (p *idleStreams) put(to peer.ID, is *idleStream, now time.Time) {
 func (p *idleStreams) keep(to peer.ID, is *idleStream, now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.byPeer[to]) >= maxIdleStreams || limited(is.s) ||
-		is.uses >= maxKeptUses || now.Sub(is.born) >= maxKeptAge {
+	if p.closed || len(p.byPeer[to]) >= maxIdleStreams || !reusable(is, now) {
 		return false
 	}
 	is.timer = time.AfterFunc(p.ttl, func() { p.expire(to, is) })
 	p.byPeer[to] = append(p.byPeer[to], is)
 	return true
+}
+
+// reusable reports whether is may carry another delegation: it has not
+// served long enough, and it does not run over a limited connection.
+func reusable(is *idleStream, now time.Time) bool {
+	return !limited(is.s) && is.uses < maxKeptUses && now.Sub(is.born) < maxKeptAge
 }
 
 // expire closes is after its time in the pool, unless taken meanwhile.
