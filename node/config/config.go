@@ -292,7 +292,10 @@ type Limits struct {
 	QueryBurst int `toml:"query_burst"`
 
 	// MaxStreamsPerPeer caps one peer's open streams to this node (libp2p
-	// resource manager). Default: 64.
+	// resource manager). A kith requester that meets it waits for one of
+	// its own streams to close before it opens another (its offers queue;
+	// none fails for it), so with more remote slots per peer than this,
+	// a peer runs only about this many tasks here at once. Default: 64.
 	MaxStreamsPerPeer int `toml:"max_streams_per_peer"`
 
 	// MaxConnsPerPeer caps one peer's connections to this node. Default: 8.
