@@ -94,6 +94,7 @@ func (gs *streamGates) acquire(ctx context.Context, p peer.ID, takesKept bool) (
 		if x == w {
 			g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
 			handed = false
+			gs.handOn(p, g) // forgets g if that was all
 			break
 		}
 	}
