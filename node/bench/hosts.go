@@ -57,7 +57,9 @@ type hostPair struct {
 func newHost(id *crypto.Identity) (host.Host, error) {
 	// libp2p's default resource manager, and no libp2p metrics: what a
 	// node runs (node/resources.go), less its per-peer limits, which 64
-	// concurrent delegations between two hosts would reach.
+	// concurrent delegations between two hosts would reach (the requester
+	// would then hold its streams back, delegation/streamgate.go, and the
+	// phase would measure that limit rather than the delegations).
 	rm, err := rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(rcmgr.DefaultLimits.AutoScale()), rcmgr.WithMetricsDisabled())
 	if err != nil {
 		return nil, err
