@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,5 +316,62 @@ func TestStreamGate(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the limit never rose")
+	}
+}
+
+// TestCapabilityQueriesShared: callers that need a peer's capabilities at
+// once share one query stream; once that answer is past half its life and
+// the peer cannot be asked, the answer, still live, serves.
+func TestCapabilityQueriesShared(t *testing.T) {
+	var opened atomic.Int32
+	nodes := newMesh(t, 2, func(i int, c *Config) {
+		if i == 0 {
+			c.Dialer = countingDialer{Dialer: c.Dialer, n: &opened}
+		}
+	})
+	a, b := nodes[0].engine(), nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	got := make([]*protocol.CapabilityAssertion, 20)
+	errs := make([]error, len(got))
+	for i := range got {
+		wg.Go(func() { got[i], errs[i] = a.capabilities(ctx, b.id.PeerID()) })
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil || got[i] == nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+	}
+	if n := opened.Load(); n != 1 {
+		t.Fatalf("%d query streams for %d callers, want 1", n, len(got))
+	}
+
+	// Past half its life, the answer is asked again; the peer no longer
+	// answers, and the answer still live serves.
+	a.reqMu.Lock()
+	k := a.caps[b.id.PeerID()]
+	stale := *k.query
+	life := stale.ExpiresAt.Sub(stale.IssuedAt)
+	stale.IssuedAt = time.Now().Add(-life * 3 / 4)
+	stale.ExpiresAt = stale.IssuedAt.Add(life)
+	k.query = &stale
+	a.caps[b.id.PeerID()] = k
+	a.reqMu.Unlock()
+	b.host.RemoveStreamHandler(protocol.ID)
+	q, err := a.capabilities(ctx, b.id.PeerID())
+	if err != nil || q != &stale {
+		t.Fatalf("with the peer silent: %p, %v; want the live answer %p", q, err, &stale)
+	}
+	if n := opened.Load(); n != 2 {
+		t.Fatalf("%d query streams, want 2 (the refresh tried)", n)
+	}
+	// Once expired, the failure is the caller's.
+	a.reqMu.Lock()
+	stale.ExpiresAt = time.Now().Add(-time.Second)
+	a.reqMu.Unlock()
+	if _, err := a.capabilities(ctx, b.id.PeerID()); err == nil {
+		t.Fatal("an expired answer served")
 	}
 }
