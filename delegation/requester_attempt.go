@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -260,16 +259,15 @@ func (e *requesterHalf) openGated(ctx context.Context, d store.Delegation, takes
 	if err != nil || handed != nil {
 		return nil, handed, err
 	}
-	release := sync.OnceFunc(func() { e.gates.release(d.Peer) })
 	dctx, cancel := context.WithTimeout(ctx, e.cfg.Conn.IOTimeout+time.Second)
 	s, err := e.cfg.Dialer.OpenStream(dctx, d.Peer)
 	cancel()
 	if err != nil {
 		e.log.Debug("open stream", "peer", d.Peer, "delegation", d.ID, "err", err)
-		release()
+		e.gates.release(d.Peer)
 		return nil, nil, err
 	}
-	return &gatedStream{Stream: s, release: release}, nil, nil
+	return &gatedStream{Stream: s, release: func() { e.gates.release(d.Peer) }}, nil, nil
 }
 
 // refusedOutcome is how an attempt whose new stream failed with err, never
