@@ -42,9 +42,15 @@ type Options struct {
 	// DefaultLarge if nil, none if empty and not nil.
 	Large []int
 	// LargeRuns is how many timed operations each large phase runs, after
-	// one uncounted; 3 if 0.
+	// one uncounted; DefaultLargeRuns if 0.
 	LargeRuns int
 }
+
+// DefaultLargeRuns is how many timed operations a large phase runs by
+// default. Each large figure is a p50 of this many: with three, one slow
+// run in the bench's shared disk or page cache moved the 16 MiB ratio
+// between 4.1 and 8.7× from run to run of the same build.
+const DefaultLargeRuns = 5
 
 // DefaultLarge is the large payloads a run measures by default.
 var DefaultLarge = []int{1 << 20, 16 << 20}
@@ -81,7 +87,7 @@ func (o *Options) setDefaults() {
 		o.Large = DefaultLarge
 	}
 	if o.LargeRuns == 0 {
-		o.LargeRuns = 3
+		o.LargeRuns = DefaultLargeRuns
 	}
 }
 
