@@ -239,6 +239,7 @@ type providerHalf struct {
 	untrusted int                             // remote slots held by untrusted peers
 
 	openDelay time.Duration      // openDelay; tests stretch it
+	statusCap int                // providerFlushBytes; tests shrink it
 	versions  []protocol.Version // what the capability assertion lists; tests play older peers
 	// beforeMergedWrite, when set (tests only), runs before a fast task's
 	// one write (finish), after a provisional result went out.
@@ -307,6 +308,7 @@ func New(cfg Config) (*Engine, error) {
 		running:   make(map[protocol.DelegationID]*task),
 		perPeer:   make(map[peer.ID]int),
 		openDelay: openDelay,
+		statusCap: providerFlushBytes,
 		versions:  protocol.Supported,
 	}
 	e := &Engine{

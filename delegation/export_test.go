@@ -13,6 +13,9 @@ func (e *Engine) SetMutateResult(f func(*protocol.DelegationResult)) { e.mutateR
 // SetOpenDelay sets how long a remote task may run before it is stored.
 func (e *Engine) SetOpenDelay(d time.Duration) { e.openDelay = d }
 
+// SetStatusCap sets the most output one status of the provider carries.
+func (e *Engine) SetStatusCap(n int) { e.statusCap = n }
+
 // SetVersions sets the protocol versions the provider's capability
 // assertion lists (an older peer lists fewer).
 func (e *Engine) SetVersions(vs []protocol.Version) { e.versions = vs }

@@ -315,6 +315,58 @@ func TestFastOutputOnlyInResult(t *testing.T) {
 	}
 }
 
+// TestOutputAtStatusCapOnlyInResult: a fast task whose output fills one
+// status exactly still sends it once, in the result; one update more than
+// a status holds sends the output before it as a status of at most the
+// cap. (Flushing once pending output reached the cap streamed an echo of
+// MaxPayload whole as a status, stored inline on both sides, and then
+// again in its result.)
+func TestOutputAtStatusCapOnlyInResult(t *testing.T) {
+	const statusCap = 4 * executor.EchoChunk // four of Echo's updates
+	nodes := newMesh(t, 2, func(_ int, c *Config) {
+		c.Profiles = []Profile{{Profile: protocol.Profile{Name: "echo", MaxBudgetTokens: 1 << 20}, Executor: executor.Echo{}}}
+	})
+	a, b := nodes[0], nodes[1]
+	b.engine().SetStatusCap(statusCap)
+
+	task := wordsOf(statusCap)
+	d := delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask(task), BudgetTokens: 1 << 20})
+	if d.State != protocol.StateCompleted || Output(d) != task {
+		t.Fatalf("state %s, output of %d bytes; want completed with the task echoed (%d bytes)", d.State, len(Output(d)), len(task))
+	}
+	if n := eventBytes(t, a.st, d.ID); n > 4<<10 {
+		t.Fatalf("output of exactly one status's worth: the requester's log holds %d bytes, so it was also streamed as a status", n)
+	}
+
+	task = wordsOf(statusCap + executor.EchoChunk)
+	d = delegateAndWait(t, a, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask(task), BudgetTokens: 1 << 20})
+	if d.State != protocol.StateCompleted || Output(d) != task {
+		t.Fatalf("state %s, output of %d bytes; want completed with the task echoed (%d bytes)", d.State, len(Output(d)), len(task))
+	}
+	evs, err := a.st.Events(store.RoleRequester, d.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed := 0
+	for _, ev := range evs {
+		if ev.Type != EventStatus {
+			continue
+		}
+		m, err := protocol.DecodeMessage(ev.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := protocol.PayloadSize(m.(*protocol.DelegationStatus).Partial)
+		if n > statusCap {
+			t.Fatalf("a status carried %d bytes of output, more than the cap of %d", n, statusCap)
+		}
+		streamed += n
+	}
+	if streamed == 0 {
+		t.Fatalf("output of %d bytes from one fast task, cap %d: no status carried any; want what came before the update that passed the cap", len(task), statusCap)
+	}
+}
+
 // TestPendingOutput: what goes in comes out whole and in order, small and
 // large updates mixed, and take empties it.
 func TestPendingOutput(t *testing.T) {
