@@ -65,8 +65,8 @@ import (
 // crash may then leave the latest references naming missing files.
 const (
 	blobDirName       = "blobs"
-	fileBlobMin       = valueThreshold
-	metaFileBlob byte = 0x01 // badger user meta: the value is a fileRef
+	fileBlobMin       = 256 << 10 // smaller offers and results go to badger's value log (valueThreshold)
+	metaFileBlob byte = 0x01      // badger user meta: the value is a fileRef
 	fileRefV1    byte = 0x01
 	fileNameRand      = 8 // random bytes in a file's name, after its key
 )

@@ -37,6 +37,32 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
+// TestMidSizeValuesOutOfTheTree: offers and results too small for a file
+// of their own, from valueThreshold up to fileBlobMin, go to badger's value
+// log, and only a pointer to each into its LSM tree. Inline, 128 KiB values
+// filled a memtable every 64 of them, and each flush wrote them again into
+// a table (and compactions again after that).
+func TestMidSizeValuesOutOfTheTree(t *testing.T) {
+	s, _ := openTest(t, Options{})
+	value := pattern(fileBlobMin/2, 1)
+	// Inline, these would fill both memtables and more: a write then waits
+	// for a memtable to be flushed to a table.
+	n := 2 * numMemtables * memTableSize / len(value)
+	var last protocol.DelegationID
+	for range n {
+		last = protocol.NewDelegationID()
+		mustNoErr(t, s.CreateDelegation(Delegation{ID: last, Role: RoleRequester, Offer: value}))
+	}
+	if tables := s.db.Tables(); len(tables) > 0 {
+		t.Fatalf("%d offers of %d bytes: badger wrote %d tables; want none, the values in its value log", n, len(value), len(tables))
+	}
+	d, err := s.GetDelegation(RoleRequester, last)
+	mustNoErr(t, err)
+	if !bytes.Equal(d.Offer, value) {
+		t.Fatalf("offer read back: %d bytes, not the %d written", len(d.Offer), len(value))
+	}
+}
+
 // TestLargeValuesInFiles: an offer and a result of fileBlobMin bytes or
 // more each go to a file of their own, not into badger, and read back the
 // same, also after a restart; smaller ones stay inline; the in-memory store

@@ -54,15 +54,21 @@ type Options struct {
 // A transaction's inline values are capped at 15% of the memtable (~1.2
 // MiB). Values of valueThreshold or more go elsewhere and count only as
 // pointers, so a Transition carrying a large result and a large event still
-// fits: offers and results to files of their own (blobfile.go), event
-// payloads to badger's value log, whose garbage when such a record is
-// rewritten CollectGarbage reclaims. In memory (OpenInMemory) every value is inline, so values and
-// transactions there are limited to memValueSize and ~1.2 MiB.
+// fits: offers and results of fileBlobMin or more to files of their own
+// (blobfile.go), smaller ones and event payloads to badger's value log,
+// whose garbage when such a record is rewritten CollectGarbage reclaims.
+// The threshold is low because a value held inline is written again when
+// its memtable is flushed to a table and again as tables are compacted:
+// offers and results of 128 KiB filled a memtable every 64 of them, and
+// a delegation of that size took a fifth longer (docs/performance.md).
+// Records, indexes and small events stay inline. In memory (OpenInMemory)
+// every value is inline, so values and transactions there are limited to
+// memValueSize and ~1.2 MiB.
 const (
 	memTableSize     = 8 << 20
 	numMemtables     = 2
 	blockCacheSize   = 8 << 20
-	valueThreshold   = 256 << 10
+	valueThreshold   = 16 << 10
 	valueLogFileSize = 2 * MaxValueSize // badger refuses a value larger than one log file
 	numCompactors    = 2                // badger refuses 1; 0 would never compact
 

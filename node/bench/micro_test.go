@@ -87,11 +87,16 @@ func runConcurrent(b *testing.B, conc int, op func(buf []byte) error) {
 }
 
 // BenchmarkLargeDelegation runs one large delegation at a time (task and
-// result each 1 MiB, then 16 MiB) on the durable store, for profiling the
-// large path.
+// result each 128 KiB, 1 MiB, then 16 MiB) on the durable store, for
+// profiling the large path. 128 KiB values go to badger's value log, larger
+// ones to the store's value files.
 func BenchmarkLargeDelegation(b *testing.B) {
-	for _, size := range []int{1 << 20, 16 << 20} {
-		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
+	for _, size := range []int{128 << 10, 1 << 20, 16 << 20} {
+		name := fmt.Sprintf("%dMiB", size>>20)
+		if size < 1<<20 {
+			name = fmt.Sprintf("%dKiB", size>>10)
+		}
+		b.Run(name, func(b *testing.B) {
 			hp, err := newHostPair(context.Background())
 			if err != nil {
 				b.Fatal(err)
