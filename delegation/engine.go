@@ -214,9 +214,10 @@ type core struct {
 	// started is closed once Run has taken its context (see Started).
 	started chan struct{}
 
-	subsMu sync.Mutex
-	subs   map[subKey]map[chan store.Event]*subscription
-	finals map[protocol.DelegationID]*store.Delegation // for Wait (keepFinal)
+	subsMu     sync.Mutex
+	subs       map[subKey]map[chan store.Event]*subscription
+	finals     map[protocol.DelegationID]*store.Delegation // for Wait (keepFinal)
+	finalBytes int                                         // of the finals' results
 
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
@@ -528,7 +529,7 @@ func (e *core) publishFinal(role store.Role, id protocol.DelegationID, ev store.
 	e.subsMu.Lock()
 	defer e.subsMu.Unlock()
 	if role == store.RoleRequester {
-		delete(e.finals, id) // it changed since (keepFinal)
+		e.dropFinal(id) // it changed since (keepFinal)
 	}
 	for ch, sub := range e.subs[subKey{role, id}] {
 		if final != nil {

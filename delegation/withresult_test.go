@@ -285,3 +285,53 @@ func TestNoHoldBackWithoutSync(t *testing.T) {
 		t.Fatal("the provider answered fast, and is not noted so: the test shows nothing")
 	}
 }
+
+// TestFinalsBounded: the records kept for Wait hold at most maxFinals
+// records and maxFinalBytes of results together, however many delegations
+// end without a caller waiting; a result over maxFinalResult is not kept;
+// a record is handed over once, and what it held is counted out.
+func TestFinalsBounded(t *testing.T) {
+	e := newMesh(t, 1, nil)[0].engine()
+	keep := func(n int) protocol.DelegationID {
+		id := protocol.NewDelegationID()
+		e.keepFinal(&store.Delegation{ID: id, State: protocol.StateCompleted, Result: make([]byte, n)})
+		return id
+	}
+	check := func(when string) {
+		t.Helper()
+		e.subsMu.Lock()
+		defer e.subsMu.Unlock()
+		held := 0
+		for _, d := range e.finals {
+			held += len(d.Result)
+		}
+		if held != e.finalBytes || held > maxFinalBytes || len(e.finals) > maxFinals {
+			t.Fatalf("%s: %d records holding %d bytes, counted %d; want at most %d holding %d", when, len(e.finals), held, e.finalBytes, maxFinals, maxFinalBytes)
+		}
+	}
+	var big []protocol.DelegationID
+	for range 2 * maxFinalBytes / maxFinalResult {
+		big = append(big, keep(maxFinalResult))
+		check("results of maxFinalResult")
+	}
+	if d := e.takeFinal(big[len(big)-1]); d == nil || len(d.Result) != maxFinalResult {
+		t.Fatal("the latest record kept was not handed over")
+	}
+	if e.takeFinal(big[len(big)-1]) != nil {
+		t.Fatal("a record was handed over twice")
+	}
+	check("after a take")
+	if e.takeFinal(keep(maxFinalResult+1)) != nil {
+		t.Fatal("a result over maxFinalResult was kept")
+	}
+	for range 2 * maxFinals {
+		keep(10)
+		check("small results")
+	}
+	e.subsMu.Lock()
+	n := len(e.finals)
+	e.subsMu.Unlock()
+	if n != maxFinals {
+		t.Fatalf("%d small records kept, want %d, the cap", n, maxFinals)
+	}
+}
