@@ -320,11 +320,21 @@ func appendLogOp(b []byte, op logOp) []byte {
 		b = binary.AppendUvarint(b, uint64(len(op.key)))
 		return append(b, op.key...)
 	}
+	b = appendLogSetHead(b, op)
+	b = append(b, op.value...)
+	return appendLogSetTail(b, op)
+}
+
+// appendLogSetHead appends what a set op's encoding holds before its
+// value, appendLogSetTail what it holds after.
+func appendLogSetHead(b []byte, op logOp) []byte {
 	b = append(b, opSet)
 	b = binary.AppendUvarint(b, uint64(len(op.key)))
 	b = append(b, op.key...)
-	b = binary.AppendUvarint(b, uint64(len(op.value)))
-	b = append(b, op.value...)
+	return binary.AppendUvarint(b, uint64(len(op.value)))
+}
+
+func appendLogSetTail(b []byte, op logOp) []byte {
 	b = append(b, op.userMeta)
 	return binary.AppendUvarint(b, op.expiresAt)
 }

@@ -440,3 +440,44 @@ func TestCommitLogNoSyncOpen(t *testing.T) {
 		t.Errorf("after a NoSync run and a durable open: %q %v, want the NoSync run's write", v, ok)
 	}
 }
+
+// TestLoggedOpsAsEncoded: a transaction's record, with its large values
+// as parts of their own (wtxn.parts), is byte for byte what appendLogOp
+// gives the same ops, and decodes back to them.
+func TestLoggedOpsAsEncoded(t *testing.T) {
+	ops := []logOp{
+		{key: []byte("a"), value: []byte("small")},
+		{key: []byte("big"), value: pattern(logValuePart, 1), userMeta: 1, expiresAt: 7},
+		{key: []byte("big2"), value: pattern(3*logValuePart+5, 2)}, // two large in a row
+		{del: true, key: []byte("gone")},
+		{key: []byte("under"), value: pattern(logValuePart-1, 3), userMeta: 2},
+		{key: []byte("big3"), value: pattern(logValuePart, 4), expiresAt: 1 << 40},
+		{key: []byte("empty")},
+	}
+	tx := &wtxn{logging: true}
+	var want []byte
+	for _, op := range ops {
+		tx.record(op)
+		want = appendLogOp(want, op)
+	}
+	if len(tx.parts) == 0 {
+		t.Fatal("no value went into the record as a part of its own")
+	}
+	head := append([]byte{kindBatch}, binary.AppendUvarint(nil, uint64(len(ops)))...)
+	got := bytes.Join(tx.logged(head), nil)
+	if !bytes.Equal(got, append(head, want...)) {
+		t.Fatalf("record of %d bytes differs from the %d appendLogOp gives", len(got), len(head)+len(want))
+	}
+	back, err := decodeLogBatch(got)
+	mustNoErr(t, err)
+	if len(back) != len(ops) {
+		t.Fatalf("decoded %d ops, want %d", len(back), len(ops))
+	}
+	for i, op := range ops {
+		b := back[i]
+		if b.del != op.del || !bytes.Equal(b.key, op.key) || !bytes.Equal(b.value, op.value) || b.userMeta != op.userMeta || b.expiresAt != op.expiresAt {
+			t.Fatalf("op %d decoded as (del %v, key %q, %d-byte value, meta %d, expires %d), want (%v, %q, %d, %d, %d)",
+				i, b.del, b.key, len(b.value), b.userMeta, b.expiresAt, op.del, op.key, len(op.value), op.userMeta, op.expiresAt)
+		}
+	}
+}
