@@ -60,7 +60,8 @@ type Options struct {
 // The threshold is low because a value held inline is written again when
 // its memtable is flushed to a table and again as tables are compacted:
 // offers and results of 128 KiB filled a memtable every 64 of them, and
-// a delegation of that size took a fifth longer (docs/performance.md).
+// a delegation of that size took a fifth longer, and values from 4 KiB
+// still gain (docs/performance.md).
 // Records, indexes and small events stay inline. In memory (OpenInMemory)
 // every value is inline, so values and transactions there are limited to
 // memValueSize and ~1.2 MiB.
@@ -68,7 +69,7 @@ const (
 	memTableSize     = 8 << 20
 	numMemtables     = 2
 	blockCacheSize   = 8 << 20
-	valueThreshold   = 16 << 10
+	valueThreshold   = 4 << 10
 	valueLogFileSize = 2 * MaxValueSize // badger refuses a value larger than one log file
 	numCompactors    = 2                // badger refuses 1; 0 would never compact
 
