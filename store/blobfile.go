@@ -65,7 +65,7 @@ import (
 // crash may then leave the latest references naming missing files.
 const (
 	blobDirName       = "blobs"
-	fileBlobMin       = 256 << 10 // smaller offers and results go to badger's value log (valueThreshold)
+	fileBlobMin       = 128 << 10 // 256 KiB before schema 7
 	metaFileBlob byte = 0x01      // badger user meta: the value is a fileRef
 	fileRefV1    byte = 0x01
 	fileNameRand      = 8 // random bytes in a file's name, after its key

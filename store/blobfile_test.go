@@ -37,14 +37,14 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-// TestMidSizeValuesOutOfTheTree: offers and results too small for a file
-// of their own, from valueThreshold up to fileBlobMin, go to badger's value
-// log, and only a pointer to each into its LSM tree. Inline, 128 KiB values
-// filled a memtable every 64 of them, and each flush wrote them again into
-// a table (and compactions again after that).
+// TestMidSizeValuesOutOfTheTree: offers and results from fileBlobMin
+// (128 KiB; 256 KiB before schema 7) go to files of their own and only a
+// reference into badger's tree. Inline, 128 KiB values filled a memtable
+// every 64 of them, and each flush wrote them again into a table (and
+// compactions again after that).
 func TestMidSizeValuesOutOfTheTree(t *testing.T) {
-	s, _ := openTest(t, Options{})
-	value := pattern(fileBlobMin/2, 1)
+	s, dir := openTest(t, Options{})
+	value := pattern(fileBlobMin, 1)
 	// Inline, these would fill both memtables and more: a write then waits
 	// for a memtable to be flushed to a table.
 	n := 2 * numMemtables * memTableSize / len(value)
@@ -54,7 +54,10 @@ func TestMidSizeValuesOutOfTheTree(t *testing.T) {
 		mustNoErr(t, s.CreateDelegation(Delegation{ID: last, Role: RoleRequester, Offer: value}))
 	}
 	if tables := s.db.Tables(); len(tables) > 0 {
-		t.Fatalf("%d offers of %d bytes: badger wrote %d tables; want none, the values in its value log", n, len(value), len(tables))
+		t.Fatalf("%d offers of %d bytes: badger wrote %d tables; want none, the values in files", n, len(value), len(tables))
+	}
+	if got := blobFiles(t, dir); len(got) != n {
+		t.Fatalf("%d offers of %d bytes: %d files", n, len(value), len(got))
 	}
 	d, err := s.GetDelegation(RoleRequester, last)
 	mustNoErr(t, err)

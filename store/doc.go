@@ -11,7 +11,7 @@
 //   - a schema version, and a small key-value space for later features.
 //
 // The API is typed; badger is an implementation detail and none of its types
-// appear in exported signatures. On disk, offers and results of 256 KiB or
+// appear in exported signatures. On disk, offers and results of 128 KiB or
 // more are kept in files of their own under blobs/, beside badger's
 // files, each written and synced before the commit that refers to it
 // (blobfile.go), outside the commit queue and, where the caller stages

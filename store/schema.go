@@ -32,7 +32,11 @@ import (
 //	   (commitlog.go) and not yet in badger's files, which a version 5
 //	   binary would not read: it would lose them after a crash. Nothing
 //	   else changed, so the migration only stamps the version.
-const schemaVersion uint64 = 6
+//	7  offers and results from 128 KiB are kept in files (256 KiB
+//	   before), whose references a version 6 binary takes for corrupt;
+//	   the files of a version 6 store still read, so the migration only
+//	   stamps the version.
+const schemaVersion uint64 = 7
 
 // refuseNewer refuses a database written by a newer binary before open
 // touches anything, its commit log included (whose format a newer binary
@@ -96,8 +100,8 @@ func (s *Store) checkSchema(where string) error {
 			return err
 		}
 	}
-	if v < 6 {
-		return s.stampSchema(6)
+	if v < 7 {
+		return s.stampSchema(7)
 	}
 	return nil
 }
