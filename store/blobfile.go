@@ -65,7 +65,8 @@ import (
 // crash may then leave the latest references naming missing files.
 const (
 	blobDirName       = "blobs"
-	fileBlobMin       = 128 << 10 // 256 KiB before schema 7
+	fileBlobMin       = 256 << 10 // from schema 8; 128 KiB in schema 7, 256 KiB before
+	fileRefMin        = 128 << 10 // the smallest value a file may hold: schema 7 wrote such files
 	metaFileBlob byte = 0x01      // badger user meta: the value is a fileRef
 	fileRefV1    byte = 0x01
 	fileNameRand      = 8 // random bytes in a file's name, after its key
@@ -155,7 +156,7 @@ func decodeFileRef(b []byte) (fileRef, error) {
 		return fileRef{}, fmt.Errorf("%w: blob file reference: short", ErrCorrupt)
 	}
 	r := fileRef{size: size, crc: binary.BigEndian.Uint32(b[1+n:]), name: string(b[1+n+4:])}
-	if r.size < fileBlobMin || r.size > MaxValueSize {
+	if r.size < fileRefMin || r.size > MaxValueSize {
 		return fileRef{}, fmt.Errorf("%w: blob file reference: size %d", ErrCorrupt, r.size)
 	}
 	if !validFileName(r.name) {

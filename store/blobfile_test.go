@@ -38,8 +38,9 @@ func pattern(n int, seed byte) []byte {
 }
 
 // TestMidSizeValuesOutOfTheTree: offers and results from fileBlobMin
-// (128 KiB; 256 KiB before schema 7) go to files of their own and only a
-// reference into badger's tree. Inline, 128 KiB values filled a memtable
+// (256 KiB from schema 8; 128 KiB in schema 7, 256 KiB before) go to files
+// of their own and only a reference into badger's tree (smaller ones from
+// 4 KiB to segments: TestMidSizeValuesInSegments). Inline, 128 KiB values filled a memtable
 // every 64 of them, and each flush wrote them again into a table (and
 // compactions again after that).
 func TestMidSizeValuesOutOfTheTree(t *testing.T) {
@@ -264,7 +265,7 @@ func TestFileRefRoundTrip(t *testing.T) {
 	name, err := fileName(blobKey(RoleProvider, protocol.NewDelegationID(), blobOffer))
 	mustNoErr(t, err)
 	r := fileRef{size: 1 << 24, crc: 0xdeadbeef, name: name}
-	for _, size := range []uint64{fileBlobMin - 1, MaxValueSize + 1} {
+	for _, size := range []uint64{fileRefMin - 1, MaxValueSize + 1} {
 		if _, err := decodeFileRef(fileRef{size: size, name: name}.encode()); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("a reference to %d bytes: %v, want ErrCorrupt", size, err)
 		}

@@ -213,9 +213,26 @@ func (t *wtxn) record(op logOp) {
 		t.rec = appendLogOp(t.rec, op)
 		return
 	}
-	t.rec = appendLogSetHead(t.rec, op)
+	t.rec = appendLogSetHead(t.rec, op.key, len(op.value))
 	t.parts = append(t.parts, t.rec, op.value)
 	t.rec = appendLogSetTail(t.rec[len(t.rec):], op) // after the part, never over it
+}
+
+// setSeg sets key to ref, a reference to data in a segment, and logs the
+// set with data after ref as its value: what replay writes back into the
+// segment before badger gets ref (segment.go).
+func (t *wtxn) setSeg(key, ref, data []byte) error {
+	if err := t.Txn.SetEntry(badger.NewEntry(key, ref).WithMeta(metaSegBlob)); err != nil {
+		return err
+	}
+	if !t.logging {
+		return nil
+	}
+	t.ops++
+	t.rec = append(appendLogSetHead(t.rec, key, len(ref)+len(data)), ref...)
+	t.parts = append(t.parts, t.rec, data)
+	t.rec = appendLogSetTail(t.rec[len(t.rec):], logOp{userMeta: metaSegBlob})
+	return nil
 }
 
 // logged is the transaction's ops as the log's record holds them, after

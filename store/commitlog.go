@@ -107,6 +107,11 @@ type commitLog struct {
 	// report in place of badger's.
 	applyFault func() error
 
+	// beforeTruncate, when set, makes durable what the log's records hold
+	// beside badger's writes (segment values, segment.go): a checkpoint
+	// calls it after syncing badger and before the log starts over.
+	beforeTruncate func() error
+
 	brokenMu sync.Mutex
 	// broken is set when no write may follow: an abort could not be
 	// logged, or badger did not take a batch whose record is durable.
@@ -320,18 +325,18 @@ func appendLogOp(b []byte, op logOp) []byte {
 		b = binary.AppendUvarint(b, uint64(len(op.key)))
 		return append(b, op.key...)
 	}
-	b = appendLogSetHead(b, op)
+	b = appendLogSetHead(b, op.key, len(op.value))
 	b = append(b, op.value...)
 	return appendLogSetTail(b, op)
 }
 
-// appendLogSetHead appends what a set op's encoding holds before its
-// value, appendLogSetTail what it holds after.
-func appendLogSetHead(b []byte, op logOp) []byte {
+// appendLogSetHead appends what the encoding of a set op of key to n
+// bytes holds before the value, appendLogSetTail what it holds after.
+func appendLogSetHead(b, key []byte, n int) []byte {
 	b = append(b, opSet)
-	b = binary.AppendUvarint(b, uint64(len(op.key)))
-	b = append(b, op.key...)
-	return binary.AppendUvarint(b, uint64(len(op.value)))
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	return binary.AppendUvarint(b, uint64(n))
 }
 
 func appendLogSetTail(b []byte, op logOp) []byte {
@@ -501,6 +506,11 @@ func (l *commitLog) checkpoint(db *badger.DB) error {
 	if err := syncBadger(db, l.dir); err != nil {
 		return err
 	}
+	if l.beforeTruncate != nil {
+		if err := l.beforeTruncate(); err != nil {
+			return err
+		}
+	}
 	gen := l.gen + 1
 	b := alignedBuffer(logBlock)
 	putLogSlot(b, gen, l.next)
@@ -562,7 +572,7 @@ func syncBadger(db *badger.DB, dir string) error {
 // without sync, makes badger durable, and removes the log: writes from now
 // on bypass it, and a log left behind would bring older values back over
 // them the next time the store opens with sync.
-func dropCommitLog(db *badger.DB, dir string) error {
+func dropCommitLog(db *badger.DB, dir string, segs *segments) error {
 	path := filepath.Join(dir, logFileName)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -571,10 +581,13 @@ func dropCommitLog(db *badger.DB, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := replayLog(db, records); err != nil {
+	if err := replayLog(db, records, segs); err != nil {
 		return err
 	}
 	if err := syncBadger(db, dir); err != nil {
+		return err
+	}
+	if err := segs.syncDirty(true); err != nil {
 		return err
 	}
 	if err := os.Remove(path); err != nil {
@@ -585,7 +598,8 @@ func dropCommitLog(db *badger.DB, dir string) error {
 
 // replayLog applies the writes of records to badger, oldest first, each
 // record in a transaction of its own (it was one batch, one transaction).
-func replayLog(db *badger.DB, records [][]byte) error {
+// A value logged for a segment is written back into it first (segment.go).
+func replayLog(db *badger.DB, records [][]byte, segs *segments) error {
 	for i, body := range records {
 		ops, err := decodeLogBatch(body)
 		if err != nil {
@@ -599,7 +613,21 @@ func replayLog(db *badger.DB, records [][]byte) error {
 					}
 					continue
 				}
-				e := badger.NewEntry(op.key, op.value).WithMeta(op.userMeta)
+				value := op.value
+				if op.userMeta&metaSegBlob != 0 {
+					ref, n, err := decodeSegRef(value)
+					if err != nil {
+						return err
+					}
+					if segs == nil {
+						return fmt.Errorf("%w: commit log: a segment value in a store without segments", ErrCorrupt)
+					}
+					if err := segs.restore(ref, value[n:]); err != nil {
+						return err
+					}
+					value = value[:n]
+				}
+				e := badger.NewEntry(op.key, value).WithMeta(op.userMeta)
 				e.ExpiresAt = op.expiresAt
 				if err := txn.SetEntry(e); err != nil {
 					return err

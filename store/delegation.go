@@ -193,7 +193,8 @@ func getDelegationRecord(txn *wtxn, role Role, id protocol.DelegationID) (delega
 	return r, err
 }
 
-// getBlob reads a blob: inline, or from its file (blobfile.go).
+// getBlob reads a blob: inline, from its segment (segment.go) or from its
+// file (blobfile.go).
 func (s *Store) getBlob(txn *wtxn, key []byte) ([]byte, error) {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -201,6 +202,9 @@ func (s *Store) getBlob(txn *wtxn, key []byte) ([]byte, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: read %q: %w", key, err)
+	}
+	if item.UserMeta()&metaSegBlob != 0 {
+		return s.getSegBlob(item)
 	}
 	ref, isFile, err := itemFileRef(item)
 	if err != nil {
@@ -247,6 +251,8 @@ func (s *Store) putDelegation(txn *wtxn, d Delegation, old *Delegation) error {
 		switch {
 		case len(b.new) == 0:
 			err = txn.Delete(key)
+		case len(b.new) >= segBlobMin && len(b.new) < fileBlobMin && s.segs != nil:
+			err = s.putSegBlob(txn, key, b.new)
 		case len(b.new) >= fileBlobMin && s.files != nil:
 			ref, ok := s.takeStaged(key, b.new) // stage.go: written and its name synced
 			if !ok {

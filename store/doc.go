@@ -11,11 +11,14 @@
 //   - a schema version, and a small key-value space for later features.
 //
 // The API is typed; badger is an implementation detail and none of its types
-// appear in exported signatures. On disk, offers and results of 128 KiB or
+// appear in exported signatures. On disk, offers and results of 256 KiB or
 // more are kept in files of their own under blobs/, beside badger's
 // files, each written and synced before the commit that refers to it
 // (blobfile.go), outside the commit queue and, where the caller stages
-// it, beside the caller's other work (stage.go). Records are JSON documents of unexported
+// it, beside the caller's other work (stage.go); from 4 KiB up to 256 KiB
+// they are appended to segment files under segments/, made durable by the
+// commit log's record of the write, which carries the value (segment.go).
+// Records are JSON documents of unexported
 // structs with explicit field tags (see codec.go), under keys with fixed
 // prefixes (see keys.go), so the on-disk format is stable and inspectable.
 //

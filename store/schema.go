@@ -36,7 +36,13 @@ import (
 //	   before), whose references a version 6 binary takes for corrupt;
 //	   the files of a version 6 store still read, so the migration only
 //	   stamps the version.
-const schemaVersion uint64 = 7
+//	8  offers and results from 4 KiB up to 256 KiB are kept in segment
+//	   files (segment.go), their blob keys holding references a version 7
+//	   binary would return as the value, and a durable store's commit log
+//	   may carry such values beside their references; files from 256 KiB.
+//	   Values in badger, and the files of a version 7 store (from
+//	   128 KiB), still read, so the migration only stamps the version.
+const schemaVersion uint64 = 8
 
 // refuseNewer refuses a database written by a newer binary before open
 // touches anything, its commit log included (whose format a newer binary
@@ -100,8 +106,8 @@ func (s *Store) checkSchema(where string) error {
 			return err
 		}
 	}
-	if v < 7 {
-		return s.stampSchema(7)
+	if v < 8 {
+		return s.stampSchema(8)
 	}
 	return nil
 }

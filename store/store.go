@@ -77,11 +77,11 @@ const (
 	// stall at numL0Stall (15). Each compaction of level 0 rewrites the
 	// part of level 1 it overlaps, which with delegation IDs spread over
 	// the key space is all of it: fewer, larger ones rewrite it less
-	// often. Offers and results under fileBlobMin are kept inline: a
-	// 64 KiB delegation took 4.2–4.5 ms of CPU with 5, most of it
-	// compactions, and 3.2–3.4 ms with 12 (BenchmarkLargeDelegation/64KiB);
-	// small durable delegations at 64 in flight ran 6–10% faster on 8%
-	// less CPU, with a p99 of 25 ms against 34–35 ms (docs/performance.md).
+	// often: small durable delegations at 64 in flight ran 6–10% faster
+	// on 8% less CPU, with a p99 of 25 ms against 34–35 ms, and a 64 KiB
+	// delegation, its values then inline, took 3.2–3.4 ms of CPU against
+	// 4.2–4.5 ms (docs/performance.md; such values go to segments now,
+	// segment.go).
 	// The price: a read that misses checks that many more tables' bloom
 	// filters.
 	numL0Tables = 12
@@ -127,6 +127,8 @@ type Store struct {
 	// files keeps large offers and results (blobfile.go); nil in memory,
 	// where every value is inline.
 	files *fileBlobs
+	// segs keeps mid-size offers and results (segment.go); nil in memory.
+	segs *segments
 
 	peers peerCache // GetPeer's answers (peercache.go)
 
@@ -201,6 +203,16 @@ func open(bo badger.Options, opts Options, where string, maxValue int, logged bo
 	if err := s.refuseNewer(where); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
+	if bo.Dir != "" {
+		if s.segs, err = openSegments(bo.Dir, !opts.NoSync); err != nil {
+			return nil, errors.Join(err, db.Close())
+		}
+		defer func() {
+			if err != nil {
+				err = errors.Join(err, s.segs.close())
+			}
+		}()
+	}
 	if logged {
 		log, records, err := openCommitLog(bo.Dir)
 		if err != nil {
@@ -211,12 +223,13 @@ func open(bo badger.Options, opts Options, where string, maxValue int, logged bo
 				err = errors.Join(err, log.close())
 			}
 		}()
-		if err := replayLog(db, records); err != nil {
+		if err := replayLog(db, records, s.segs); err != nil {
 			return nil, errors.Join(fmt.Errorf("store: open %s: %w", where, err), db.Close())
 		}
+		log.beforeTruncate = func() error { return s.segs.syncDirty(false) }
 		s.commits.log = log
 	} else if bo.Dir != "" {
-		if err := dropCommitLog(db, bo.Dir); err != nil {
+		if err := dropCommitLog(db, bo.Dir, s.segs); err != nil {
 			return nil, errors.Join(fmt.Errorf("store: open %s: %w", where, err), db.Close())
 		}
 	}
@@ -264,7 +277,7 @@ func (s *Store) Close() error {
 			release()
 		}
 	}
-	err = errors.Join(err, s.db.Close())
+	err = errors.Join(err, s.db.Close(), s.segs.close())
 	if s.commits.log != nil {
 		err = errors.Join(err, s.commits.log.close())
 	}

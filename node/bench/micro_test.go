@@ -87,12 +87,11 @@ func runConcurrent(b *testing.B, conc int, op func(buf []byte) error) {
 }
 
 // BenchmarkLargeDelegation runs one large delegation at a time (task and
-// result each 64 KiB, 128 KiB, 1 MiB, then 16 MiB) on the durable store,
-// for profiling the large path. 64 KiB values are kept inline in badger's
-// tree, which its compactions rewrite; from 128 KiB they go to the store's
-// value files.
+// result each 16 KiB, 64 KiB, 128 KiB, 1 MiB, then 16 MiB) on the durable
+// store, for profiling the large path. Values under 256 KiB go to the
+// store's segments, larger ones to its value files.
 func BenchmarkLargeDelegation(b *testing.B) {
-	for _, size := range []int{64 << 10, 128 << 10, 1 << 20, 16 << 20} {
+	for _, size := range []int{16 << 10, 64 << 10, 128 << 10, 1 << 20, 16 << 20} {
 		name := fmt.Sprintf("%dMiB", size>>20)
 		if size < 1<<20 {
 			name = fmt.Sprintf("%dKiB", size>>10)
