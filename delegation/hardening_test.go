@@ -98,59 +98,72 @@ func TestLargePayloadProofs(t *testing.T) {
 	}
 }
 
-// A large task and its result, kept in the stores' files (store/blobfile.go),
-// come through a requester that is killed while the task runs, and read
-// back whole on both sides after restarts: the requester's recovery reads
-// its offer back from its file to ask again, the provider answers from its
-// own, and the stored proof still verifies.
+// A large task and its result, kept in the stores' files (store/blobfile.go)
+// or, at mid sizes, their segments (store/segment.go), come through a
+// requester that is killed while the task runs, and read back whole on
+// both sides after restarts: the requester's recovery reads its offer back
+// to ask again, the provider answers from its own store, and the stored
+// proof still verifies.
 func TestLargeDelegationAcrossCrash(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: protocol.MaxPayload},
-			Executor: executor.HandlerFunc(block.handle)})
-		c.Conn.IOTimeout = 30 * time.Second
-	})
-	a, b := nodes[0], nodes[1]
-	text := wordsOf(1 << 20)
-	id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask(text),
-		BudgetTokens: 4 << 20, Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitStarted(t, block)
-	labtest.WaitFor(t, 15*time.Second, "the provider stores the running task", func() bool {
-		_, err := b.st.GetDelegation(store.RoleProvider, id)
-		return err == nil
-	})
-	a.crash()
-	block.Release()
-	a.start()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	d, err := a.engine().Wait(ctx, id)
-	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: "+text {
-		t.Fatalf("state %s reason %q output of %d bytes, err %v; want completed with the %d bytes echoed",
-			d.State, d.Reason, len(Output(d)), err, len("done: "+text))
-	}
-	for _, n := range []*testNode{a, b} {
-		n.stop()
-		n.start()
-		files, err := os.ReadDir(filepath.Join(n.dir, "blobs"))
-		if err != nil || len(files) < 2 {
-			t.Fatalf("%s: blob files %v (%v), want the offer's and the result's", n.dir, files, err)
-		}
-	}
-	if _, err := a.engine().Verify(id); err != nil {
-		t.Fatalf("stored proof after restarts: %v", err)
-	}
-	pd := providerRecord(t, b, id)
-	m, err := protocol.DecodeMessage(pd.Offer)
-	if err != nil || m.(*protocol.DelegationOffer).Task.Parts[0].Text != text {
-		t.Fatalf("the provider's stored offer does not hold the task (%v)", err)
-	}
-	if r, err := Result(pd); err != nil || r.Output[0].Text != "done: "+text {
-		t.Fatalf("the provider's stored result does not hold the output (%v)", err)
+	for _, tc := range []struct {
+		name string
+		size int
+		dir  string // where the store keeps values of that size
+		min  int    // files there at least: a file each, or a segment for both
+	}{
+		{"file", 1 << 20, "blobs", 2},
+		{"segment", 64 << 10, "segments", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			block := newBlocking()
+			t.Cleanup(block.Release)
+			nodes := newMesh(t, 2, func(i int, c *Config) {
+				c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: protocol.MaxPayload},
+					Executor: executor.HandlerFunc(block.handle)})
+				c.Conn.IOTimeout = 30 * time.Second
+			})
+			a, b := nodes[0], nodes[1]
+			text := wordsOf(tc.size)
+			id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask(text),
+				BudgetTokens: 4 << 20, Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitStarted(t, block)
+			labtest.WaitFor(t, 15*time.Second, "the provider stores the running task", func() bool {
+				_, err := b.st.GetDelegation(store.RoleProvider, id)
+				return err == nil
+			})
+			a.crash()
+			block.Release()
+			a.start()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d, err := a.engine().Wait(ctx, id)
+			if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: "+text {
+				t.Fatalf("state %s reason %q output of %d bytes, err %v; want completed with the %d bytes echoed",
+					d.State, d.Reason, len(Output(d)), err, len("done: "+text))
+			}
+			for _, n := range []*testNode{a, b} {
+				n.stop()
+				n.start()
+				files, err := os.ReadDir(filepath.Join(n.dir, tc.dir))
+				if err != nil || len(files) < tc.min {
+					t.Fatalf("%s: %s %v (%v), want the offer's and the result's", n.dir, tc.dir, files, err)
+				}
+			}
+			if _, err := a.engine().Verify(id); err != nil {
+				t.Fatalf("stored proof after restarts: %v", err)
+			}
+			pd := providerRecord(t, b, id)
+			m, err := protocol.DecodeMessage(pd.Offer)
+			if err != nil || m.(*protocol.DelegationOffer).Task.Parts[0].Text != text {
+				t.Fatalf("the provider's stored offer does not hold the task (%v)", err)
+			}
+			if r, err := Result(pd); err != nil || r.Output[0].Text != "done: "+text {
+				t.Fatalf("the provider's stored result does not hold the output (%v)", err)
+			}
+		})
 	}
 }
 
