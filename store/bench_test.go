@@ -198,3 +198,63 @@ func benchStoreCommit(b *testing.B, opts Options, conc int) {
 		}, nil
 	})
 }
+
+// BenchmarkMidSizeOffer stores a new delegation with a 64 KiB offer per
+// op, one at a time, on a durable store: with the offer in a segment (as
+// the store keeps it, segment.go), inline in badger's tree (as before
+// schema 8), and beside them the raw cost of making 64 KiB durable, a
+// synced direct write of it to a file written before. Inline, the cost
+// per op grows with b.N, as badger's compactions rewrite the values
+// again and again:
+//
+//	go test -run '^$' -bench MidSizeOffer -benchtime 3000x ./store/
+func BenchmarkMidSizeOffer(b *testing.B) {
+	const size = 64 << 10
+	for _, where := range []string{"segment", "inline"} {
+		b.Run(where, func(b *testing.B) {
+			s, _ := openTest(b, Options{})
+			if where == "inline" {
+				s.segs = nil // putDelegation keeps the value inline
+			}
+			offer := pattern(size, 1)
+			b.SetBytes(size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.CreateDelegation(Delegation{ID: protocol.NewDelegationID(), Role: RoleProvider, Offer: offer}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("raw", func(b *testing.B) {
+		const slots = 64
+		path := filepath.Join(b.TempDir(), "raw")
+		if err := os.WriteFile(path, make([]byte, slots*size), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|oDirect|oDSync, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		buf := alignedBuffer(size)
+		copy(buf, pattern(size, 1))
+		b.SetBytes(size)
+		b.ReportAllocs()
+		var n int64
+		for b.Loop() {
+			if _, err := f.WriteAt(buf, (n%slots)*size); err != nil {
+				b.Fatal(err)
+			}
+			n++
+			if oDSync == 0 {
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}

@@ -29,6 +29,17 @@ func blobFiles(t *testing.T, dir string) []string {
 	return names
 }
 
+// wantBlobs fails unless the delegation's offer and result read back as
+// offer and result.
+func wantBlobs(t *testing.T, s *Store, role Role, id protocol.DelegationID, offer, result []byte) {
+	t.Helper()
+	d, err := s.GetDelegation(role, id)
+	mustNoErr(t, err)
+	if !bytes.Equal(d.Offer, offer) || !bytes.Equal(d.Result, result) {
+		t.Fatalf("%s/%s: read back %d and %d bytes, not the %d and %d written", role, id, len(d.Offer), len(d.Result), len(offer), len(result))
+	}
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -111,16 +122,8 @@ func TestLargeValuesInFiles(t *testing.T) {
 		if restarted == 1 {
 			s = reopen(t, s, dir, Options{})
 		}
-		d, err := s.GetDelegation(RoleRequester, id)
-		mustNoErr(t, err)
-		if !bytes.Equal(d.Offer, offer) || !bytes.Equal(d.Result, result) {
-			t.Fatalf("read back %d and %d bytes, not what was written", len(d.Offer), len(d.Result))
-		}
-		d, err = s.GetDelegation(RoleProvider, id2)
-		mustNoErr(t, err)
-		if !bytes.Equal(d.Offer, small) || !bytes.Equal(d.Result, small) {
-			t.Fatal("small values read back wrong")
-		}
+		wantBlobs(t, s, RoleRequester, id, offer, result)
+		wantBlobs(t, s, RoleProvider, id2, small, small)
 	}
 	if got := blobFiles(t, dir); len(got) != 2 {
 		t.Fatalf("after the restart, blob files %q, want the same two", got)

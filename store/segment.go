@@ -48,13 +48,13 @@ import (
 // length and the CRC, so such a value reads as ErrCorrupt, never as a
 // wrong one.
 const (
-	segDirName        = "segments"
-	segBlobMin        = logValuePart // the log takes such a value as it is (wtxn.parts)
-	segMax            = 256 << 20    // a segment takes no write past this size
-	metaSegBlob  byte = 0x02         // badger user meta: the value is a segRef
-	segRefV1     byte = 0x01
-	segNamePrefx      = "seg-"
-	segNameHex        = 16
+	segDirName         = "segments"
+	segBlobMin         = logValuePart // the log takes such a value as it is (wtxn.parts)
+	segMax             = 256 << 20    // a segment takes no write past this size
+	metaSegBlob   byte = 0x02         // badger user meta: the value is a segRef
+	segRefV1      byte = 0x01
+	segNamePrefix      = "seg-"
+	segNameHex         = 16
 )
 
 // segRef is where a value is in a segment.
@@ -119,10 +119,10 @@ func decodeSegRef(b []byte) (segRef, int, error) {
 // validSegName reports whether name is one the store gives a segment:
 // "seg-" and 16 lower-case hex digits, nothing that leaves the directory.
 func validSegName(name string) bool {
-	if len(name) != len(segNamePrefx)+segNameHex || name[:len(segNamePrefx)] != segNamePrefx {
+	if len(name) != len(segNamePrefix)+segNameHex || name[:len(segNamePrefix)] != segNamePrefix {
 		return false
 	}
-	for _, c := range name[len(segNamePrefx):] {
+	for _, c := range name[len(segNamePrefix):] {
 		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
@@ -191,7 +191,7 @@ func (sg *segments) append(b []byte) (segRef, error) {
 	if sg.cur == "" || sg.curOff+int64(len(b)) > segMax {
 		var rnd [segNameHex / 2]byte
 		_, _ = rand.Read(rnd[:])
-		name := segNamePrefx + hex.EncodeToString(rnd[:])
+		name := segNamePrefix + hex.EncodeToString(rnd[:])
 		// A new file: never one an earlier run wrote (O_EXCL).
 		f, err := os.OpenFile(filepath.Join(sg.dir, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {

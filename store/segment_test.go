@@ -86,16 +86,8 @@ func TestMidSizeValuesInSegments(t *testing.T) {
 		if restarted == 1 {
 			s = reopen(t, s, dir, Options{})
 		}
-		d, err := s.GetDelegation(RoleProvider, id)
-		mustNoErr(t, err)
-		if !bytes.Equal(d.Offer, offer) || !bytes.Equal(d.Result, result) {
-			t.Fatalf("read back %d and %d bytes, not what was written", len(d.Offer), len(d.Result))
-		}
-		d, err = s.GetDelegation(RoleRequester, last)
-		mustNoErr(t, err)
-		if !bytes.Equal(d.Offer, value) {
-			t.Fatal("a 64 KiB offer read back wrong")
-		}
+		wantBlobs(t, s, RoleProvider, id, offer, result)
+		wantBlobs(t, s, RoleRequester, last, value, nil)
 	}
 	// A new run writes a segment of its own.
 	mustNoErr(t, s.CreateDelegation(Delegation{ID: protocol.NewDelegationID(), Role: RoleRequester, Offer: value}))
@@ -151,11 +143,7 @@ func TestSegmentReplay(t *testing.T) {
 			check := func(r *Store) {
 				t.Helper()
 				for _, w := range wants {
-					d, err := r.GetDelegation(RoleRequester, w.id)
-					mustNoErr(t, err)
-					if !bytes.Equal(d.Offer, w.offer) || !bytes.Equal(d.Result, w.result) {
-						t.Fatalf("%d-byte values read back wrong after replay", len(w.offer))
-					}
+					wantBlobs(t, r, RoleRequester, w.id, w.offer, w.result)
 				}
 			}
 			check(r)
@@ -221,11 +209,7 @@ func TestSchema7FilesStillRead(t *testing.T) {
 		}
 		return txn.SetEntry(badger.NewEntry(key, ref.encode()).WithMeta(metaFileBlob))
 	}))
-	d, err := s.GetDelegation(RoleRequester, id)
-	mustNoErr(t, err)
-	if !bytes.Equal(d.Offer, value) {
-		t.Fatalf("a %d-byte value in a file read back wrong", len(value))
-	}
+	wantBlobs(t, s, RoleRequester, id, value, nil)
 }
 
 func TestSegRefRoundTrip(t *testing.T) {

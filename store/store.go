@@ -77,13 +77,12 @@ const (
 	// stall at numL0Stall (15). Each compaction of level 0 rewrites the
 	// part of level 1 it overlaps, which with delegation IDs spread over
 	// the key space is all of it: fewer, larger ones rewrite it less
-	// often: small durable delegations at 64 in flight ran 6–10% faster
+	// often. Small durable delegations at 64 in flight ran 6–10% faster
 	// on 8% less CPU, with a p99 of 25 ms against 34–35 ms, and a 64 KiB
 	// delegation, its values then inline, took 3.2–3.4 ms of CPU against
 	// 4.2–4.5 ms (docs/performance.md; such values go to segments now,
-	// segment.go).
-	// The price: a read that misses checks that many more tables' bloom
-	// filters.
+	// segment.go). The price: a read that misses checks that many more
+	// tables' bloom filters.
 	numL0Tables = 12
 	numL0Stall  = 30
 
