@@ -330,13 +330,17 @@ model = "test"
 // TestE2ERequesterKilled: the requester's daemon dies (SIGKILL) while the
 // provider runs its task. The provider finishes anyway; the requester,
 // restarted on the same home, reattaches and collects the verified result.
+// The task is a document of 48 KiB: its offer and its result are in the
+// stores' segments, which the killed daemon never synced, and come back
+// from its commit log (store/segment.go).
 func TestE2ERequesterKilled(t *testing.T) {
 	gate := filepath.Join(testDir(t), "gate")
-	a, b := pairNamed(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\n", tomlList(gatedCommand(t, gate)...)))
+	a, b := pairNamed(t, fmt.Sprintf("[[profiles]]\nname = \"slow\"\nexecutor = \"exec\"\ncommand = %s\nmax_budget_tokens = 65536\n", tomlList(gatedCommand(t, gate)...)))
 
 	c := a.client()
 	defer c.Close()
-	id, err := c.Delegate(t.Context(), api.DelegateRequest{Profile: "slow", Peer: b.id, Text: "survives the requester", Budget: 100})
+	text := strings.Repeat("survives the requester ", 48<<10/len("survives the requester "))
+	id, err := c.Delegate(t.Context(), api.DelegateRequest{Profile: "slow", Peer: b.id, Text: text, Budget: 60000})
 	if err != nil {
 		t.Fatalf("delegate: %v", err)
 	}
@@ -352,8 +356,13 @@ func TestE2ERequesterKilled(t *testing.T) {
 
 	a.start()
 	d := a.waitTerminal(id)
-	if d.State.String() != "completed" || d.Output != "survives the requester" {
-		t.Fatalf("a after restart: state %s (%s), output %q; want completed, %q", d.State, d.Reason, d.Output, "survives the requester")
+	if d.State.String() != "completed" || d.Output != text {
+		t.Fatalf("a after restart: state %s (%s), output of %d bytes; want completed, the %d bytes sent", d.State, d.Reason, len(d.Output), len(text))
+	}
+	for _, n := range []*testNode{a, b} {
+		if segs, err := os.ReadDir(filepath.Join(n.home, "data", "segments")); err != nil || len(segs) == 0 {
+			t.Errorf("%s: segments %v (%v); want the task's and the result's", n.home, segs, err)
+		}
 	}
 	if d := showJSON(t, a, id); d.State.String() != "completed" || d.Peer != b.id {
 		t.Errorf("tasks show after restart: %+v", d)
