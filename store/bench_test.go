@@ -143,22 +143,41 @@ func benchRawCommit(b *testing.B, opts Options, conc int) {
 	})
 }
 
-// benchBlockWrite writes 4 KiB blocks, one writer at a time, in turn over a
-// file written in full beforehand, each write synced before it returns.
-func benchBlockWrite(b *testing.B, conc int) {
-	const blocks = 1024
-	path := filepath.Join(b.TempDir(), "blocks")
-	if err := os.WriteFile(path, make([]byte, blocks*logBlock), 0o600); err != nil {
+// openWritten returns a file of size bytes, written and synced, open for
+// direct writes that are synced before they return (see syncedWrite).
+func openWritten(b *testing.B, size int) *os.File {
+	path := filepath.Join(b.TempDir(), "written")
+	if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|oDirect|oDSync, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer f.Close()
+	b.Cleanup(func() { f.Close() })
 	if err := f.Sync(); err != nil {
 		b.Fatal(err)
 	}
+	return f
+}
+
+// syncedWrite writes buf at off in a file from openWritten, durable when
+// it returns.
+func syncedWrite(f *os.File, buf []byte, off int64) error {
+	if _, err := f.WriteAt(buf, off); err != nil {
+		return err
+	}
+	if oDSync == 0 {
+		return f.Sync()
+	}
+	return nil
+}
+
+// benchBlockWrite writes 4 KiB blocks, one writer at a time, in turn over a
+// file written in full beforehand, each write synced before it returns.
+func benchBlockWrite(b *testing.B, conc int) {
+	const blocks = 1024
+	f := openWritten(b, blocks*logBlock)
 	var mu sync.Mutex
 	var n int64
 	buf := alignedBuffer(logBlock)
@@ -168,14 +187,9 @@ func benchBlockWrite(b *testing.B, conc int) {
 			mu.Lock()
 			defer mu.Unlock()
 			buf[0]++
-			if _, err := f.WriteAt(buf, (n%blocks)*logBlock); err != nil {
-				return err
-			}
+			err := syncedWrite(f, buf, (n%blocks)*logBlock)
 			n++
-			if oDSync == 0 {
-				return f.Sync()
-			}
-			return nil
+			return err
 		}, nil
 	})
 }
@@ -228,33 +242,17 @@ func BenchmarkMidSizeOffer(b *testing.B) {
 	}
 	b.Run("raw", func(b *testing.B) {
 		const slots = 64
-		path := filepath.Join(b.TempDir(), "raw")
-		if err := os.WriteFile(path, make([]byte, slots*size), 0o600); err != nil {
-			b.Fatal(err)
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|oDirect|oDSync, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer f.Close()
-		if err := f.Sync(); err != nil {
-			b.Fatal(err)
-		}
+		f := openWritten(b, slots*size)
 		buf := alignedBuffer(size)
 		copy(buf, pattern(size, 1))
 		b.SetBytes(size)
 		b.ReportAllocs()
 		var n int64
 		for b.Loop() {
-			if _, err := f.WriteAt(buf, (n%slots)*size); err != nil {
+			if err := syncedWrite(f, buf, (n%slots)*size); err != nil {
 				b.Fatal(err)
 			}
 			n++
-			if oDSync == 0 {
-				if err := f.Sync(); err != nil {
-					b.Fatal(err)
-				}
-			}
 		}
 	})
 }

@@ -40,6 +40,28 @@ func wantBlobs(t *testing.T, s *Store, role Role, id protocol.DelegationID, offe
 	}
 }
 
+// damage is a way to damage the file at a path: remove it, cut it to
+// short bytes, or flip a bit in its middle.
+type damage struct {
+	name   string
+	damage func(path string) error
+}
+
+func damages(short int64) []damage {
+	return []damage{
+		{"missing", os.Remove},
+		{"short", func(p string) error { return os.Truncate(p, short) }},
+		{"altered", func(p string) error {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			b[len(b)/2] ^= 0x40
+			return os.WriteFile(p, b, 0o600)
+		}},
+	}
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -143,21 +165,7 @@ func TestLargeValuesInFiles(t *testing.T) {
 // TestBlobFileDamage: a value's file that is missing, shorter or altered
 // reads as ErrCorrupt, never as a wrong value.
 func TestBlobFileDamage(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		damage func(path string) error
-	}{
-		{"missing", os.Remove},
-		{"short", func(p string) error { return os.Truncate(p, fileBlobMin/2) }},
-		{"altered", func(p string) error {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			b[len(b)/2] ^= 0x40
-			return os.WriteFile(p, b, 0o600)
-		}},
-	} {
+	for _, c := range damages(fileBlobMin / 2) {
 		t.Run(c.name, func(t *testing.T) {
 			s, dir := openTest(t, Options{})
 			id := protocol.NewDelegationID()

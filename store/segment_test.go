@@ -158,21 +158,7 @@ func TestSegmentReplay(t *testing.T) {
 // TestSegmentDamage: a value whose segment is missing, short or altered
 // reads as ErrCorrupt, never as a wrong value, and the store still opens.
 func TestSegmentDamage(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		damage func(path string) error
-	}{
-		{"missing", os.Remove},
-		{"short", func(p string) error { return os.Truncate(p, 20<<10) }},
-		{"altered", func(p string) error {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			b[len(b)-100] ^= 0x40
-			return os.WriteFile(p, b, 0o600)
-		}},
-	} {
+	for _, c := range damages(20 << 10) {
 		t.Run(c.name, func(t *testing.T) {
 			s, dir := openTest(t, Options{})
 			id := protocol.NewDelegationID()
