@@ -229,22 +229,32 @@ func (fb *fileBlobs) read(ref fileRef, what string) ([]byte, error) {
 // top of this file).
 func (s *Store) openFileBlobs(dir string, sync bool) error {
 	fb := &fileBlobs{dir: filepath.Join(dir, blobDirName), sync: sync, directBufs: make(chan []byte, maxDirectBufs)}
-	_, err := os.Stat(fb.dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(fb.dir, 0o700); err != nil {
-			return fmt.Errorf("store: create %s: %w", fb.dir, err)
-		}
-		// The new directory's name is durable before any file in it is.
-		if sync {
-			if err := syncDirectory(dir); err != nil {
-				return err
-			}
-		}
-	} else if err != nil {
-		return fmt.Errorf("store: %w", err)
+	if err := makeStoreDir(dir, blobDirName, sync); err != nil {
+		return err
 	}
 	s.files = fb
 	return s.sweepBlobFiles()
+}
+
+// makeStoreDir creates the directory name under dir if it is missing; on a
+// store that syncs, the new directory's name is durable before any file
+// in it is.
+func makeStoreDir(dir, name string, sync bool) error {
+	path := filepath.Join(dir, name)
+	_, err := os.Stat(path)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		return fmt.Errorf("store: create %s: %w", path, err)
+	}
+	if sync {
+		return syncDirectory(dir)
+	}
+	return nil
 }
 
 // sweepBlobFiles removes the files of the blob directory that no blob key

@@ -145,21 +145,10 @@ type segments struct {
 
 // openSegments makes the segment directory under dir if it is missing.
 func openSegments(dir string, sync bool) (*segments, error) {
-	sd := filepath.Join(dir, segDirName)
-	_, err := os.Stat(sd)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(sd, 0o700); err != nil {
-			return nil, fmt.Errorf("store: create %s: %w", sd, err)
-		}
-		if sync { // the directory's name is durable before any file in it is
-			if err := syncDirectory(dir); err != nil {
-				return nil, err
-			}
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
+	if err := makeStoreDir(dir, segDirName, sync); err != nil {
+		return nil, err
 	}
-	return &segments{dir: sd, sync: sync, files: map[string]*os.File{}, dirty: map[string]bool{}}, nil
+	return &segments{dir: filepath.Join(dir, segDirName), sync: sync, files: map[string]*os.File{}, dirty: map[string]bool{}}, nil
 }
 
 // fileLocked returns the open segment name, opening it (creating it when
