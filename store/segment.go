@@ -85,12 +85,12 @@ func decodeSegRef(b []byte) (segRef, int, error) {
 		return bad("unknown version")
 	}
 	at := 1
-	off, n := binary.Uvarint(b[at:])
+	off, n := minimalUvarint(b[at:])
 	if n <= 0 {
 		return bad("bad offset")
 	}
 	at += n
-	size, n := binary.Uvarint(b[at:])
+	size, n := minimalUvarint(b[at:])
 	if n <= 0 {
 		return bad("bad size")
 	}
@@ -114,6 +114,16 @@ func decodeSegRef(b []byte) (segRef, int, error) {
 		return bad(fmt.Sprintf("%d bytes at %d", r.size, r.off))
 	}
 	return r, at, nil
+}
+
+// minimalUvarint is binary.Uvarint that also refuses a number written in
+// more bytes than it needs, so that a reference has one encoding only.
+func minimalUvarint(b []byte) (uint64, int) {
+	v, n := binary.Uvarint(b)
+	if n > 1 && b[n-1] == 0 {
+		return 0, -n
+	}
+	return v, n
 }
 
 // validSegName reports whether name is one the store gives a segment:

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -216,6 +217,16 @@ func TestSegRefRoundTrip(t *testing.T) {
 		if _, _, err := decodeSegRef(bad.encode()); err == nil {
 			t.Errorf("%+v decoded without error", bad)
 		}
+	}
+	// An offset of 0 written in two bytes where one will do: a reference
+	// has one encoding only, so this one is corrupt.
+	ok := segRef{name: "seg-0123456789abcdef", size: 6 << 10}.encode()
+	long := append([]byte{ok[0], 0x80, 0x00}, ok[2:]...)
+	if _, _, err := decodeSegRef(long); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("an offset in two bytes decoded: %v", err)
+	}
+	if _, _, err := decodeSegRef(ok); err != nil {
+		t.Fatal(err)
 	}
 }
 
