@@ -641,3 +641,50 @@ func replayLog(db *badger.DB, records [][]byte, segs *segments) error {
 	}
 	return nil
 }
+
+// FileValueMin is the size from which a durable store keeps an offer or a
+// result in a file of its own (FileWriter writes such files as the store
+// does); a smaller one is made durable in its commit log's record
+// (LogWriter).
+const FileValueMin = fileBlobMin
+
+// LogWriter appends records to a commit log of its own, the way a durable
+// store's commit queue writes its log: each record in one write of whole
+// blocks, returning once it is on the disk (O_DIRECT|O_DSYNC, through AIO
+// where the kernel and the file system take them). kith bench times it as
+// the disk's floor for making a payload under FileValueMin durable. Not
+// safe for concurrent use.
+type LogWriter struct {
+	l *commitLog
+}
+
+// NewLogWriter creates a commit log in dir, which must hold none.
+func NewLogWriter(dir string) (*LogWriter, error) {
+	if _, err := os.Stat(filepath.Join(dir, logFileName)); !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("store: a log writer in %s: a commit log is there already (%v)", dir, err)
+	}
+	if err := createCommitLog(dir); err != nil {
+		return nil, err
+	}
+	l, _, err := openCommitLog(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &LogWriter{l: l}, nil
+}
+
+// Append writes b as the body of one record and returns once it is
+// durable.
+func (w *LogWriter) Append(b []byte) error {
+	_, err := w.l.write([]byte{kindBatch}, b)
+	return err
+}
+
+// Rewind makes the next record start at the front of the log, over the
+// blocks written before, as a store's log starts over at each checkpoint:
+// a store's log writes into blocks it has written before, save when it
+// grows.
+func (w *LogWriter) Rewind() { w.l.off = logDataStart }
+
+// Close closes the log's file; dir and the log stay.
+func (w *LogWriter) Close() error { return w.l.close() }

@@ -481,3 +481,49 @@ func TestLoggedOpsAsEncoded(t *testing.T) {
 		}
 	}
 }
+
+// A LogWriter's records are commit log records, durable once Append
+// returns; after Rewind the next goes over the first, in blocks the file
+// holds already.
+func TestLogWriter(t *testing.T) {
+	dir := t.TempDir()
+	w, err := NewLogWriter(dir)
+	mustNoErr(t, err)
+	var want [][]byte
+	for i, n := range []int{100, 5000, 70000} {
+		b := pattern(n, byte(i))
+		mustNoErr(t, w.Append(b))
+		want = append(want, append([]byte{kindBatch}, b...))
+	}
+	path := filepath.Join(dir, logFileName)
+	_, _, got, _, _, err := readCommitLog(path)
+	mustNoErr(t, err)
+	if len(got) != len(want) {
+		t.Fatalf("read %d records back, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("record %d reads back otherwise", i)
+		}
+	}
+	before, err := os.Stat(path)
+	mustNoErr(t, err)
+	w.Rewind()
+	again := pattern(5000, 9)
+	mustNoErr(t, w.Append(again))
+	mustNoErr(t, w.Close())
+	after, err := os.Stat(path)
+	mustNoErr(t, err)
+	if after.Size() != before.Size() {
+		t.Errorf("the log grew from %d to %d bytes after Rewind", before.Size(), after.Size())
+	}
+	data, err := os.ReadFile(path)
+	mustNoErr(t, err)
+	body := data[logDataStart+logRecordHeader:]
+	if body[0] != kindBatch || !bytes.Equal(body[1:1+len(again)], again) {
+		t.Error("the record after Rewind is not at the front of the log")
+	}
+	if _, err := NewLogWriter(dir); err == nil {
+		t.Error("a second log writer took a directory that holds a commit log")
+	}
+}

@@ -29,18 +29,24 @@ type Large struct {
 	// executor takes the task whole), so the two directions do not
 	// overlap.
 	ForwardCopy Latency `json:"forward_copy"`
-	// SyncedWrites is the second baseline, for the durable store: write
-	// the payloads a durable delegation stores (durableWrites of them) to
-	// new files in the stores' directory, through the page cache, syncing
-	// each.
+	// SyncedWrites is the second baseline, for the durable store, at a
+	// payload of store.FileValueMin or more: write the payloads a durable
+	// delegation stores (durableWrites of them) to new files in the
+	// stores' directory, through the page cache, syncing each.
 	SyncedWrites Latency `json:"synced_writes"`
 	// SyncedWritesDirect is SyncedWrites past the page cache (O_DIRECT),
 	// the other way a durable store writes a value file; no samples where
 	// the platform or the file system does not take direct I/O.
 	SyncedWritesDirect Latency `json:"synced_writes_direct"`
+	// SyncedAppends is the second baseline at a payload under
+	// store.FileValueMin, which a durable store makes durable in its
+	// commit log's record: the payloads (durableWrites of them) appended
+	// to a commit log, each synced before the next (store.LogWriter).
+	SyncedAppends Latency `json:"synced_appends"`
 	// DurableFloor is the least a durable delegation of this size could
 	// take on these hosts and this disk: ForwardCopy's p50 plus the share
-	// of the faster synced writes' p50 that lies on its critical path
+	// of the faster synced writes' p50 (or the synced appends', under
+	// store.FileValueMin) that lies on its critical path
 	// (durableFloorWrites of durableWrites).
 	DurableFloor time.Duration `json:"durable_floor_ns"`
 	// Delegations are the delegation round trips by store kind.
@@ -116,30 +122,9 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 			// take the pages it frees, which the probe's own writes did
 			// not get (writeProbe).
 			defer func() { err = errors.Join(err, os.RemoveAll(probeDir)) }()
-			probe := &writeProbe{w: store.NewFileWriter(), dir: probeDir}
-			for _, direct := range []bool{false, true} {
-				how, into := "through the page cache", &l.SyncedWrites
-				if direct {
-					how, into = "with O_DIRECT", &l.SyncedWritesDirect
-				}
-				fmt.Fprintf(w, "measuring %d synced writes of %s %s to %s, %d runs\n", durableWrites, fmtBytes(size), how, probeDir, opts.LargeRuns)
-				lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
-					return probe.writes(text, durableWrites, direct)
-				})
-				if direct && probe.noDirect {
-					fmt.Fprintf(w, "  direct I/O not available in %s: skipped\n", probeDir)
-					continue
-				}
-				if errs > 0 {
-					return out, fmt.Errorf("bench: synced writes of %s %s: %s", fmtBytes(size), how, first)
-				}
-				*into = lat
+			if perr := l.measureWrites(ctx, w, opts, probeDir, text); perr != nil {
+				return out, perr
 			}
-			fastest := l.SyncedWrites.P50
-			if l.SyncedWritesDirect.Samples > 0 {
-				fastest = min(fastest, l.SyncedWritesDirect.P50)
-			}
-			l.DurableFloor = l.ForwardCopy.P50 + fastest*durableFloorWrites/durableWrites
 		}
 		budget := max(executor.EstimateTokens(string(text)), 4096)
 		for _, k := range opts.Stores {
@@ -173,6 +158,62 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 		runtime.GC() // the next size starts without this one's garbage
 	}
 	return out, nil
+}
+
+// measureWrites times what making this payload durable costs on the
+// stores' disk, the way a durable store writes it: to files of its own
+// from store.FileValueMin, in its commit log's record below; and sets the
+// durable floor from it. probeDir is a directory of its own, which the
+// caller removes.
+func (l *Large) measureWrites(ctx context.Context, w io.Writer, opts Options, probeDir string, text []byte) (err error) {
+	if len(text) < store.FileValueMin {
+		lw, err := store.NewLogWriter(probeDir)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer func() { err = errors.Join(err, lw.Close()) }()
+		fmt.Fprintf(w, "measuring %d synced log appends of %s to %s, %d runs\n", durableWrites, fmtBytes(len(text)), probeDir, opts.LargeRuns)
+		lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
+			lw.Rewind()
+			for range durableWrites {
+				if err := lw.Append(text); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if errs > 0 {
+			return fmt.Errorf("bench: synced log appends of %s: %s", fmtBytes(len(text)), first)
+		}
+		l.SyncedAppends = lat
+		l.DurableFloor = l.ForwardCopy.P50 + lat.P50*durableFloorWrites/durableWrites
+		return nil
+	}
+	probe := &writeProbe{w: store.NewFileWriter(), dir: probeDir}
+	for _, direct := range []bool{false, true} {
+		how, into := "through the page cache", &l.SyncedWrites
+		if direct {
+			how, into = "with O_DIRECT", &l.SyncedWritesDirect
+		}
+		fmt.Fprintf(w, "measuring %d synced writes of %s %s to %s, %d runs\n", durableWrites, fmtBytes(len(text)), how, probeDir, opts.LargeRuns)
+		lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
+			return probe.writes(text, durableWrites, direct)
+		})
+		if direct && probe.noDirect {
+			fmt.Fprintf(w, "  direct I/O not available in %s: skipped\n", probeDir)
+			continue
+		}
+		if errs > 0 {
+			return fmt.Errorf("bench: synced writes of %s %s: %s", fmtBytes(len(text)), how, first)
+		}
+		*into = lat
+	}
+	fastest := l.SyncedWrites.P50
+	if l.SyncedWritesDirect.Samples > 0 {
+		fastest = min(fastest, l.SyncedWritesDirect.P50)
+	}
+	l.DurableFloor = l.ForwardCopy.P50 + fastest*durableFloorWrites/durableWrites
+	return nil
 }
 
 // timeRuns runs op once uncounted, then n times, one after another, and
@@ -259,9 +300,13 @@ func writeLarge(w io.Writer, r Report) error {
 		for _, sw := range []struct {
 			how string
 			lat Latency
-		}{{"page cache", l.SyncedWrites}, {"O_DIRECT", l.SyncedWritesDirect}} {
+		}{
+			{fmt.Sprintf("%d synced writes, page cache", durableWrites), l.SyncedWrites},
+			{fmt.Sprintf("%d synced writes, O_DIRECT", durableWrites), l.SyncedWritesDirect},
+			{fmt.Sprintf("%d synced log appends", durableWrites), l.SyncedAppends},
+		} {
 			if sw.lat.Samples > 0 {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.2f×\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), fmt.Sprintf("%d synced writes, %s", durableWrites, sw.how),
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.2f×\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), sw.how,
 					sw.lat.Samples, fmtDur(sw.lat.P50), fmtDur(sw.lat.Max),
 					mibPerSec(durableWrites*l.Payload, sw.lat.P50), ratio(sw.lat.P50, l.BareCopy.P50), "-", "-", 0)
 			}
@@ -283,12 +328,26 @@ func writeLarge(w io.Writer, r Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(r.Large) > 0 && r.Large[0].DurableFloor > 0 {
+	var files, appends bool
+	for _, l := range r.Large {
+		files = files || l.SyncedWrites.Samples > 0
+		appends = appends || l.SyncedAppends.Samples > 0
+	}
+	if files {
 		fmt.Fprintf(w, "%d synced writes: the payload written %d times, to new files beside the stores, each synced before the next (MiB/s counts all %d),\n"+
-			"through the page cache and past it, the two ways the store writes a value file: what a durable delegation stores, task and result\n"+
-			"on each side; durable floor: store-and-forward copy p50 + %d/%d of the faster synced writes' p50, the requester's write of the result, which lies\n"+
-			"on the delegation's critical path (the others overlap the task's and the result's trips; on one shared disk, as here, they compete with it)\n",
-			durableWrites, durableWrites, durableWrites, durableFloorWrites, durableWrites)
+			"through the page cache and past it, the two ways a durable store writes a value of %s or more to a file of its own\n",
+			durableWrites, durableWrites, durableWrites, fmtBytes(store.FileValueMin))
+	}
+	if appends {
+		fmt.Fprintf(w, "%d synced log appends: the payload appended %d times to a commit log, each synced before the next (MiB/s counts all %d),\n"+
+			"as a durable store makes a value under %s durable, in its commit log's record\n",
+			durableWrites, durableWrites, durableWrites, fmtBytes(store.FileValueMin))
+	}
+	if files || appends {
+		fmt.Fprintf(w, "each: what a durable delegation stores, task and result on each side; durable floor: store-and-forward copy p50 + %d/%d of the\n"+
+			"faster synced writes' (or the appends') p50, the requester's write of the result, which lies on the delegation's critical path (the\n"+
+			"others overlap the task's and the result's trips; on one shared disk, as here, they compete with it)\n",
+			durableFloorWrites, durableWrites)
 	}
 	for _, l := range r.Large {
 		for _, d := range l.Delegations {
