@@ -203,13 +203,25 @@ func (sg *segments) append(b []byte) (segRef, error) {
 	ref := segRef{name: sg.cur, off: uint64(sg.curOff), size: uint64(len(b)), crc: crc32.Checksum(b, castagnoli)}
 	f := sg.files[sg.cur]
 	sg.curOff += int64(len(b))
-	sg.dirty[sg.cur] = true
 	sg.mu.Unlock()
+	if segWriting != nil {
+		segWriting()
+	}
 	if _, err := f.WriteAt(b, int64(ref.off)); err != nil {
 		return segRef{}, fmt.Errorf("store: write a segment: %w", err)
 	}
+	// Marked once written, not when the place was taken: a checkpoint
+	// between the two would clear the mark, and the next one leave these
+	// bytes unsynced when its log no longer holds them.
+	sg.mu.Lock()
+	sg.dirty[ref.name] = true
+	sg.mu.Unlock()
 	return ref, nil
 }
+
+// segWriting, when set (tests only), is called by append between taking a
+// place in the segment and writing there.
+var segWriting func()
 
 // read returns the value ref names, checked against its length and CRC.
 func (sg *segments) read(ref segRef, what string) ([]byte, error) {

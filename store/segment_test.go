@@ -112,6 +112,25 @@ func TestMidSizeValuesInSegments(t *testing.T) {
 // segments, recreating a lost one, and the next checkpoint syncs them.
 // The same holds when the store is reopened without sync, which replays
 // the log once and drops it.
+// A checkpoint that syncs the segments while a value is being appended
+// leaves the segment marked, so that the next checkpoint syncs the value
+// before the log that holds it starts over.
+func TestSegmentMarkedOnceWritten(t *testing.T) {
+	sg, err := openSegments(t.TempDir(), true)
+	mustNoErr(t, err)
+	t.Cleanup(func() { _ = sg.close() })
+	segWriting = func() { mustNoErr(t, sg.syncDirty(false)) }
+	t.Cleanup(func() { segWriting = nil })
+	ref, err := sg.append(pattern(8<<10, 1))
+	mustNoErr(t, err)
+	sg.mu.Lock()
+	marked := sg.dirty[ref.name]
+	sg.mu.Unlock()
+	if !marked {
+		t.Fatal("a value written after a checkpoint's sync left its segment unmarked: the next checkpoint would not sync it")
+	}
+}
+
 func TestSegmentReplay(t *testing.T) {
 	for _, noSync := range []bool{false, true} {
 		name := "sync"
