@@ -136,16 +136,7 @@ func TestJoinChunksRefusesBadSequences(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rest := c.rest
-			next := func() ([]byte, error) {
-				if len(rest) == 0 {
-					return nil, io.ErrUnexpectedEOF
-				}
-				f := rest[0]
-				rest = rest[1:]
-				return f, nil
-			}
-			got, err := joinChunks(c.first.GetTotalSize(), c.first.GetData(), c.limit, next, semaphore.NewWeighted(JoinBudget))
+			got, err := joinChunks(c.first.GetTotalSize(), c.first.GetData(), c.limit, framesFrom(c.rest), semaphore.NewWeighted(JoinBudget))
 			if err == nil || got != nil {
 				t.Fatalf("joined %d bytes, err %v; want an error", len(got), err)
 			}
@@ -153,6 +144,18 @@ func TestJoinChunksRefusesBadSequences(t *testing.T) {
 				t.Fatalf("error %v, want %v", err, c.wantIs)
 			}
 		})
+	}
+}
+
+// framesFrom returns the frames one by one, then io.ErrUnexpectedEOF.
+func framesFrom(frames [][]byte) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		if len(frames) == 0 {
+			return nil, io.ErrUnexpectedEOF
+		}
+		f := frames[0]
+		frames = frames[1:]
+		return f, nil
 	}
 }
 
@@ -213,14 +216,7 @@ func TestJoinChunksAllocatesTheMessageOnce(t *testing.T) {
 	for rest := msg[ChunkSize:]; len(rest) > 0; rest = rest[ChunkSize:] {
 		frames = append(frames, chunkFrame(t, 0, rest[:ChunkSize]))
 	}
-	next := func() ([]byte, error) {
-		if len(frames) == 0 {
-			return nil, io.ErrUnexpectedEOF
-		}
-		f := frames[0]
-		frames = frames[1:]
-		return f, nil
-	}
+	next := framesFrom(frames)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	got, err := joinChunks(total, msg[:ChunkSize], 0, next, budget)
