@@ -218,6 +218,11 @@ type core struct {
 	subs       map[subKey]map[chan store.Event]*subscription
 	finals     map[protocol.DelegationID]*store.Delegation // for Wait (keepFinal)
 	finalBytes int                                         // of the finals' results
+	// live holds the delegations this node requests that a follower
+	// drives in this run (requesterHalf.follow) and whose end has not
+	// been published: Wait need not read the store to learn that such a
+	// one has not ended (subscription.live).
+	live map[protocol.DelegationID]struct{}
 
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
@@ -294,6 +299,7 @@ func New(cfg Config) (*Engine, error) {
 		maxPayload: min(protocol.MaxPayload, cfg.Store.MaxValue()-payloadMargin),
 		subs:       make(map[subKey]map[chan store.Event]*subscription),
 		finals:     make(map[protocol.DelegationID]*store.Delegation),
+		live:       make(map[protocol.DelegationID]struct{}),
 		recovered:  make(chan struct{}),
 		started:    make(chan struct{}),
 		workers:    newWorkers(),
@@ -496,6 +502,10 @@ type subscription struct {
 	// event is sent: Wait returns it without reading the store. Only a
 	// transition that set the result hands it over (see transitionAfter).
 	final atomic.Pointer[store.Delegation]
+	// live: when it subscribed, the delegation (one this node requests)
+	// was driven by a follower and had not ended, so the event that ends
+	// it comes to this subscription (core.live).
+	live bool
 }
 
 // subscribe is Subscribe, and also tells the subscriber whether it has
@@ -509,6 +519,9 @@ func (e *core) subscribe(role store.Role, id protocol.DelegationID, buffer int) 
 		e.subs[k] = make(map[chan store.Event]*subscription)
 	}
 	e.subs[k][ch] = sub
+	if role == store.RoleRequester {
+		_, sub.live = e.live[id]
+	}
 	e.subsMu.Unlock()
 	return ch, sub, func() {
 		e.subsMu.Lock()
@@ -525,11 +538,25 @@ func (e *core) publish(role store.Role, id protocol.DelegationID, ev store.Event
 }
 
 // publishFinal is publish, handing each subscriber final first (when not nil).
+// setLive marks id as driven by a follower, or no longer (core.live).
+func (e *core) setLive(id protocol.DelegationID, live bool) {
+	e.subsMu.Lock()
+	defer e.subsMu.Unlock()
+	if live {
+		e.live[id] = struct{}{}
+	} else {
+		delete(e.live, id)
+	}
+}
+
 func (e *core) publishFinal(role store.Role, id protocol.DelegationID, ev store.Event, final *store.Delegation) {
 	e.subsMu.Lock()
 	defer e.subsMu.Unlock()
 	if role == store.RoleRequester {
 		e.dropFinal(id) // it changed since (keepFinal)
+		if ev.State.Terminal() {
+			delete(e.live, id)
+		}
 	}
 	for ch, sub := range e.subs[subKey{role, id}] {
 		if final != nil {

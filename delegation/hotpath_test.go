@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -139,6 +140,58 @@ func TestWaitHandsOverResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitTrustsItsFollower: Wait does not read a delegation that a
+// follower drives and whose end has not been published: the event that
+// ends it comes to Wait's subscription. Here it is not even in the store,
+// so a Wait that read it would fail at once; it returns what the ending
+// transition hands over. The mark goes with that event, and with the
+// follower: a later Wait reads the store, and a delegation run end to end
+// leaves no mark behind.
+func TestWaitTrustsItsFollower(t *testing.T) {
+	nodes := newMesh(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	e := a.eng
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	marked := func(id protocol.DelegationID) bool {
+		e.subsMu.Lock()
+		defer e.subsMu.Unlock()
+		_, ok := e.live[id]
+		return ok
+	}
+
+	id := protocol.NewDelegationID()
+	e.setLive(id, true)
+	got := waitAsync(ctx, t, e, id, 1)
+	final := &store.Delegation{ID: id, Role: store.RoleRequester, State: protocol.StateCompleted, Result: []byte("done")}
+	e.publishFinal(store.RoleRequester, id, store.Event{Seq: 1, Type: store.EventState, State: protocol.StateCompleted}, final)
+	if w := <-got; w.err != nil || w.d.State != protocol.StateCompleted || string(w.d.Result) != "done" {
+		t.Fatalf("Wait returned %+v, %v; want the delegation its ending event handed over", w.d, w.err)
+	}
+	if marked(id) {
+		t.Fatal("still marked as followed after its end was published")
+	}
+	if _, err := e.Wait(ctx, id); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("a Wait after the end: %v, want ErrUnknown from reading the store", err)
+	}
+
+	for range 3 {
+		id, err := e.Delegate(ctx, Request{Profile: "echo", Peer: b.id.PeerID(), Task: textTask("hello there")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.Wait(ctx, id)
+		if err != nil || d.State != protocol.StateCompleted {
+			t.Fatalf("Wait: %v, state %s", err, d.State)
+		}
+	}
+	labtest.WaitFor(t, 10*time.Second, "the followers' marks cleared", func() bool {
+		e.subsMu.Lock()
+		defer e.subsMu.Unlock()
+		return len(e.live) == 0
+	})
 }
 
 // waited is what a Wait returned.

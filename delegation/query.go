@@ -29,17 +29,21 @@ func (e *core) Wait(ctx context.Context, id protocol.DelegationID) (store.Delega
 	ch, sub, cancel := e.subscribe(store.RoleRequester, id, waitBuffer)
 	defer cancel()
 	// The delegation is read only when it may have changed to a terminal
-	// state: at first, on an event whose state is terminal (every state
-	// change is published with the state it made), and once an event was
-	// missed. The first read takes the record alone; after a terminal
-	// event, the transition that wrote it usually handed the delegation
-	// over (subscription.final), and nothing is read.
-	d, err := e.st.DelegationInfo(store.RoleRequester, id)
-	if err != nil {
-		return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
-	}
-	if d.State.Terminal() {
-		return e.finished(id)
+	// state: at first, unless a follower drives it and its end has not
+	// been published (subscription.live: the event that ends it comes to
+	// this subscription); on an event whose state is terminal (every
+	// state change is published with the state it made); and once an
+	// event was missed. The first read takes the record alone; after a
+	// terminal event, the transition that wrote it usually handed the
+	// delegation over (subscription.final), and nothing is read.
+	if !sub.live {
+		d, err := e.st.DelegationInfo(store.RoleRequester, id)
+		if err != nil {
+			return d, fmt.Errorf("%w: %s: %v", ErrUnknown, id, err)
+		}
+		if d.State.Terminal() {
+			return e.finished(id)
+		}
 	}
 	for {
 		select {

@@ -322,7 +322,11 @@ func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	e.reqMu.Lock()
 	e.outgoing[d.ID] = o
 	e.reqMu.Unlock()
+	// Not ended (a new delegation, or one recovered open), and every
+	// transition from here publishes its state: Wait need not read it.
+	e.setLive(d.ID, true)
 	forget := func() {
+		e.setLive(d.ID, false)
 		e.reqMu.Lock()
 		if e.outgoing[d.ID] == o {
 			delete(e.outgoing, d.ID)
