@@ -537,7 +537,6 @@ func (e *core) publish(role store.Role, id protocol.DelegationID, ev store.Event
 	e.publishFinal(role, id, ev, nil)
 }
 
-// publishFinal is publish, handing each subscriber final first (when not nil).
 // setLive marks id as driven by a follower, or no longer (core.live).
 func (e *core) setLive(id protocol.DelegationID, live bool) {
 	e.subsMu.Lock()
@@ -549,6 +548,9 @@ func (e *core) setLive(id protocol.DelegationID, live bool) {
 	}
 }
 
+// publishFinal is publish, handing each subscriber final first (when not
+// nil). An event that ends a delegation this node requests clears its
+// mark in core.live.
 func (e *core) publishFinal(role store.Role, id protocol.DelegationID, ev store.Event, final *store.Delegation) {
 	e.subsMu.Lock()
 	defer e.subsMu.Unlock()
