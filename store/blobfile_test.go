@@ -16,9 +16,12 @@ import (
 )
 
 // blobFiles lists the blob directory of the disk store in dir.
-func blobFiles(t *testing.T, dir string) []string {
+func blobFiles(t *testing.T, dir string) []string { return filesIn(t, dir, blobDirName) }
+
+// filesIn lists the names in the store directory dir's subdirectory sub.
+func filesIn(t *testing.T, dir, sub string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, blobDirName))
+	entries, err := os.ReadDir(filepath.Join(dir, sub))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +30,56 @@ func blobFiles(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// offersWithoutTables writes requester delegations with value as their
+// offer, as many as would fill both of badger's memtables twice over
+// inline (a write then waits for a memtable to be flushed to a table),
+// and checks that badger wrote no table: the values went elsewhere. It
+// returns how many it wrote and the last one's ID.
+func offersWithoutTables(t *testing.T, s *Store, value []byte) (int, protocol.DelegationID) {
+	t.Helper()
+	n := 2 * numMemtables * memTableSize / len(value)
+	var last protocol.DelegationID
+	for range n {
+		last = protocol.NewDelegationID()
+		mustNoErr(t, s.CreateDelegation(Delegation{ID: last, Role: RoleRequester, Offer: value}))
+	}
+	if tables := s.db.Tables(); len(tables) > 0 {
+		t.Fatalf("%d offers of %d bytes: badger wrote %d tables; want none, the values out of its tree", n, len(value), len(tables))
+	}
+	return n, last
+}
+
+// checkAcrossRestart runs check on s, then on s closed and reopened, which
+// it returns.
+func checkAcrossRestart(t *testing.T, s *Store, dir string, check func(*Store)) *Store {
+	t.Helper()
+	check(s)
+	s = reopen(t, s, dir, Options{})
+	check(s)
+	return s
+}
+
+// damageTheOne damages, with c, the one file in the store directory
+// dir's subdirectory sub, which must hold only that one.
+func damageTheOne(t *testing.T, dir, sub string, c damage) {
+	t.Helper()
+	files := filesIn(t, dir, sub)
+	if len(files) != 1 {
+		t.Fatalf("%s holds %q, want one file", sub, files)
+	}
+	mustNoErr(t, c.damage(filepath.Join(dir, sub, files[0])))
+}
+
+// wantValuesCorrupt checks that the provider delegation id's values read
+// as ErrCorrupt, and that its record without them still reads.
+func wantValuesCorrupt(t *testing.T, s *Store, id protocol.DelegationID) {
+	t.Helper()
+	_, err := s.GetDelegation(RoleProvider, id)
+	wantErr(t, err, ErrCorrupt)
+	_, err = s.DelegationInfo(RoleProvider, id)
+	mustNoErr(t, err)
 }
 
 // wantBlobs fails unless the delegation's offer and result read back as
@@ -79,17 +132,7 @@ func pattern(n int, seed byte) []byte {
 func TestMidSizeValuesOutOfTheTree(t *testing.T) {
 	s, dir := openTest(t, Options{})
 	value := pattern(fileBlobMin, 1)
-	// Inline, these would fill both memtables and more: a write then waits
-	// for a memtable to be flushed to a table.
-	n := 2 * numMemtables * memTableSize / len(value)
-	var last protocol.DelegationID
-	for range n {
-		last = protocol.NewDelegationID()
-		mustNoErr(t, s.CreateDelegation(Delegation{ID: last, Role: RoleRequester, Offer: value}))
-	}
-	if tables := s.db.Tables(); len(tables) > 0 {
-		t.Fatalf("%d offers of %d bytes: badger wrote %d tables; want none, the values in files", n, len(value), len(tables))
-	}
+	n, last := offersWithoutTables(t, s, value)
 	if got := blobFiles(t, dir); len(got) != n {
 		t.Fatalf("%d offers of %d bytes: %d files", n, len(value), len(got))
 	}
@@ -140,13 +183,10 @@ func TestLargeValuesInFiles(t *testing.T) {
 		t.Fatalf("a value under %d bytes went to a file: %q", fileBlobMin, got)
 	}
 
-	for restarted := range 2 {
-		if restarted == 1 {
-			s = reopen(t, s, dir, Options{})
-		}
+	checkAcrossRestart(t, s, dir, func(s *Store) {
 		wantBlobs(t, s, RoleRequester, id, offer, result)
 		wantBlobs(t, s, RoleProvider, id2, small, small)
-	}
+	})
 	if got := blobFiles(t, dir); len(got) != 2 {
 		t.Fatalf("after the restart, blob files %q, want the same two", got)
 	}
@@ -170,16 +210,8 @@ func TestBlobFileDamage(t *testing.T) {
 			s, dir := openTest(t, Options{})
 			id := protocol.NewDelegationID()
 			mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: pattern(fileBlobMin+7, 5)}))
-			files := blobFiles(t, dir)
-			if len(files) != 1 {
-				t.Fatalf("blob files %q", files)
-			}
-			mustNoErr(t, c.damage(filepath.Join(dir, blobDirName, files[0])))
-			_, err := s.GetDelegation(RoleProvider, id)
-			wantErr(t, err, ErrCorrupt)
-			// The record without its blobs still reads.
-			_, err = s.DelegationInfo(RoleProvider, id)
-			mustNoErr(t, err)
+			damageTheOne(t, dir, blobDirName, c)
+			wantValuesCorrupt(t, s, id)
 		})
 	}
 }

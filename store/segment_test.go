@@ -3,8 +3,6 @@ package store
 import (
 	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -12,16 +10,7 @@ import (
 	"github.com/kithmesh/kith/protocol"
 )
 
-func segFiles(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, segDirName))
-	mustNoErr(t, err)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	return names
-}
+func segFiles(t *testing.T, dir string) []string { return filesIn(t, dir, segDirName) }
 
 // blobMeta returns the user meta and the size badger holds for a
 // delegation's blob.
@@ -49,15 +38,7 @@ func blobMeta(t *testing.T, s *Store, role Role, id protocol.DelegationID, name 
 func TestMidSizeValuesInSegments(t *testing.T) {
 	s, dir := openTest(t, Options{})
 	value := pattern(64<<10, 1)
-	n := 2 * numMemtables * memTableSize / len(value)
-	var last protocol.DelegationID
-	for range n {
-		last = protocol.NewDelegationID()
-		mustNoErr(t, s.CreateDelegation(Delegation{ID: last, Role: RoleRequester, Offer: value}))
-	}
-	if tables := s.db.Tables(); len(tables) > 0 {
-		t.Fatalf("%d offers of %d bytes: badger wrote %d tables; want none, the values in a segment", n, len(value), len(tables))
-	}
+	_, last := offersWithoutTables(t, s, value)
 	if got := segFiles(t, dir); len(got) != 1 {
 		t.Fatalf("segment files %q, want one", got)
 	}
@@ -83,13 +64,10 @@ func TestMidSizeValuesInSegments(t *testing.T) {
 		t.Fatalf("blob files %q: a value under %d bytes went to a file", got, fileBlobMin)
 	}
 
-	for restarted := range 2 {
-		if restarted == 1 {
-			s = reopen(t, s, dir, Options{})
-		}
+	s = checkAcrossRestart(t, s, dir, func(s *Store) {
 		wantBlobs(t, s, RoleProvider, id, offer, result)
 		wantBlobs(t, s, RoleRequester, last, value, nil)
-	}
+	})
 	// A new run writes a segment of its own.
 	mustNoErr(t, s.CreateDelegation(Delegation{ID: protocol.NewDelegationID(), Role: RoleRequester, Offer: value}))
 	if got := segFiles(t, dir); len(got) != 2 {
@@ -185,16 +163,8 @@ func TestSegmentDamage(t *testing.T) {
 			mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleProvider, Offer: pattern(40<<10, 5)}))
 			s = reopen(t, s, dir, Options{}) // the log checkpointed: nothing replays the segment
 			mustNoErr(t, s.Close())
-			segs := segFiles(t, dir)
-			if len(segs) != 1 {
-				t.Fatalf("segment files %q", segs)
-			}
-			mustNoErr(t, c.damage(filepath.Join(dir, segDirName, segs[0])))
-			s = openAt(t, dir, Options{})
-			_, err := s.GetDelegation(RoleProvider, id)
-			wantErr(t, err, ErrCorrupt)
-			_, err = s.DelegationInfo(RoleProvider, id)
-			mustNoErr(t, err)
+			damageTheOne(t, dir, segDirName, c)
+			wantValuesCorrupt(t, openAt(t, dir, Options{}), id)
 		})
 	}
 }
