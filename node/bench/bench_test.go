@@ -125,6 +125,12 @@ func TestRunReportIsWellFormed(t *testing.T) {
 				t.Errorf("%s: durable floor %v, want %v", fmtBytes(l.Payload), l.DurableFloor, want)
 			}
 		}
+		if _, ok := cpuTime(); ok && (l.BareCopyCPU <= 0 || l.ForwardCopyCPU <= 0) {
+			t.Errorf("%s: CPU per copy %v bare, %v store and forward", fmtBytes(l.Payload), l.BareCopyCPU, l.ForwardCopyCPU)
+		}
+		if l.Crypto.Hashes <= 0 || l.Crypto.Envelope <= 0 {
+			t.Errorf("%s: the protocol's cryptography not timed: %+v", fmtBytes(l.Payload), l.Crypto)
+		}
 		if len(l.Delegations) != len(AllStores) {
 			t.Fatalf("%s: %d store kinds, want %d", fmtBytes(l.Payload), len(l.Delegations), len(AllStores))
 		}
@@ -171,8 +177,14 @@ func TestRunReportIsWellFormed(t *testing.T) {
 			t.Errorf("goal %q: value %v, measured %q", g.Name, g.Value, g.Measured)
 		}
 	}
+	// The large goals say what the delegation's CPU allows on these cores.
+	for _, g := range r.Goals[5:7] {
+		if _, ok := cpuTime(); ok && !strings.Contains(g.Measured, "at this CPU") {
+			t.Errorf("goal %q says nothing of CPU: %q", g.Name, g.Measured)
+		}
+	}
 
-	for _, s := range []string{"bare-echo", "durable", "goals", "fsync", "large payloads", "bare copy", "4 synced writes", "4 synced log appends", "durable floor", "result proof (Ed25519)", "result proof sign + verify", "envelope seal+open"} {
+	for _, s := range []string{"bare-echo", "durable", "goals", "fsync", "large payloads", "bare copy", "4 synced writes", "4 synced log appends", "durable floor", "proof hashes + envelope", "result proof (Ed25519)", "result proof sign + verify", "envelope seal+open"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, out.String())
 		}
@@ -200,6 +212,35 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestCPUBound checks the arithmetic of what a large delegation's CPU
+// allows: its CPU over the cores, and the least CPU (the bare copy's and
+// the protocol's cryptography) over the cores, each against the bare copy.
+func TestCPUBound(t *testing.T) {
+	ms := time.Millisecond
+	l := Large{BareCopy: Latency{P50: 2 * ms}, BareCopyCPU: 3 * ms, Crypto: CryptoWork{Hashes: 2 * ms, Envelope: 1 * ms}}
+	d := LargeDelegation{CPUPerOp: 10 * ms}
+	got := cpuBound(2, l, d)
+	for _, want := range []string{
+		"CPU 10.00ms a delegation, 3.3× the bare copy's 3.00ms",
+		"the envelope (3.00ms) need 6.00ms",
+		"on 2 cores at least 5.00ms = 2.50× the bare copy at this CPU, 3.00ms = 1.50× at that least",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("cpuBound = %q, lacks %q", got, want)
+		}
+	}
+	// Without a CPU figure there is nothing to say.
+	for _, x := range []struct {
+		procs int
+		l     Large
+		d     LargeDelegation
+	}{{0, l, d}, {2, Large{BareCopy: l.BareCopy}, d}, {2, l, LargeDelegation{}}} {
+		if s := cpuBound(x.procs, x.l, x.d); s != "" {
+			t.Errorf("cpuBound(%d, %+v, %+v) = %q, want nothing", x.procs, x.l, x.d, s)
+		}
+	}
 }
 
 func TestOptionsValidateReportsEveryProblem(t *testing.T) {

@@ -23,12 +23,20 @@ type Large struct {
 	// BareCopy is the baseline: write the payload on a new stream, read it
 	// back as the other end echoes it.
 	BareCopy Latency `json:"bare_copy"`
+	// BareCopyCPU is the CPU of this process (both hosts) per bare copy.
+	BareCopyCPU time.Duration `json:"bare_copy_cpu_per_op_ns"`
 	// ForwardCopy is BareCopy in a delegation's shape: the other end
 	// takes the whole payload before it sends it back (a provider takes
 	// the whole task before it answers: the proof hashes the offer, the
 	// executor takes the task whole), so the two directions do not
 	// overlap.
 	ForwardCopy Latency `json:"forward_copy"`
+	// ForwardCopyCPU is the CPU per store-and-forward copy.
+	ForwardCopyCPU time.Duration `json:"forward_copy_cpu_per_op_ns"`
+	// Crypto is the cryptography the protocol does over the payload
+	// beyond the bare copy's (CryptoWork), on one core: with
+	// BareCopyCPU, the least CPU a delegation of this size takes.
+	Crypto CryptoWork `json:"crypto"`
 	// SyncedWrites is the second baseline, for the durable store, at a
 	// payload of store.FileValueMin or more: write the payloads a durable
 	// delegation stores (durableWrites of them) to new files in the
@@ -93,26 +101,35 @@ const (
 // uncounted run.
 func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *hostPair, sets map[StoreKind]*engines) (_ []Large, err error) {
 	var out []Large
+	if len(opts.Large) == 0 {
+		return nil, nil
+	}
+	envelopeFor, err := envelopeRate(envelopeRateTime)
+	if err != nil {
+		return nil, err
+	}
 	for _, size := range opts.Large {
 		text := payloadText(size)
 		buf := make([]byte, size)
 		l := Large{Payload: size}
 		fmt.Fprintf(w, "measuring bare-copy of %s, %d runs\n", fmtBytes(size), opts.LargeRuns)
-		lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
+		lat, cpu, errs, first := timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
 			return hp.echo(ctx, text, buf)
 		})
 		if errs > 0 {
 			return out, fmt.Errorf("bench: bare copy of %s: %s", fmtBytes(size), first)
 		}
-		l.BareCopy = lat
+		l.BareCopy, l.BareCopyCPU = lat, perOp(cpu, lat)
 		fmt.Fprintf(w, "measuring store-and-forward copy of %s, %d runs\n", fmtBytes(size), opts.LargeRuns)
-		lat, _, errs, first = timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
+		lat, cpu, errs, first = timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
 			return hp.forward(ctx, text, buf)
 		})
 		if errs > 0 {
 			return out, fmt.Errorf("bench: store-and-forward copy of %s: %s", fmtBytes(size), first)
 		}
-		l.ForwardCopy = lat
+		l.ForwardCopy, l.ForwardCopyCPU = lat, perOp(cpu, lat)
+		fmt.Fprintf(w, "timing the proof's hashes and the envelope over %s\n", fmtBytes(size))
+		l.Crypto = measureCryptoWork(text, envelopeFor)
 		if slices.Contains(opts.Stores, StoreDurable) {
 			probeDir, perr := os.MkdirTemp(dir, "synced-writes-")
 			if perr != nil {
@@ -146,9 +163,7 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 			if k == StoreDurable {
 				d.XFloor = ratio(lat.P50, l.DurableFloor)
 			}
-			if lat.Samples > 0 {
-				d.CPUPerOp = cpu / time.Duration(lat.Samples)
-			}
+			d.CPUPerOp = perOp(cpu, lat)
 			l.Delegations = append(l.Delegations, d)
 			if err := ctx.Err(); err != nil {
 				return out, err
@@ -216,6 +231,17 @@ func (l *Large) measureWrites(ctx context.Context, w io.Writer, opts Options, pr
 	return nil
 }
 
+// envelopeRateTime is how long runLarge times the envelope's rate.
+const envelopeRateTime = 200 * time.Millisecond
+
+// perOp is cpu spread over lat's samples; 0 without samples.
+func perOp(cpu time.Duration, lat Latency) time.Duration {
+	if lat.Samples == 0 {
+		return 0
+	}
+	return cpu / time.Duration(lat.Samples)
+}
+
 // timeRuns runs op once uncounted, then n times, one after another, and
 // returns the timings of those that succeeded and the CPU time they took.
 func timeRuns(ctx context.Context, n int, op func(context.Context) error) (lat Latency, cpu time.Duration, errs int, first string) {
@@ -271,6 +297,7 @@ func largeGoals(r Report) []Goal {
 					g.Measured += fmt.Sprintf("; durable floor %s = %.2f× the bare copy (store and forward alone %.2f×), delegation %.2f× the floor",
 						fmtDur(l.DurableFloor), ratio(l.DurableFloor, l.BareCopy.P50), ratio(l.ForwardCopy.P50, l.BareCopy.P50), d.XFloor)
 				}
+				g.Measured += cpuBound(r.GOMAXPROCS, l, d)
 				g.Status = GoalMissed
 				if d.Errors == 0 && g.Value <= g.Limit {
 					g.Status = GoalOK
@@ -280,6 +307,24 @@ func largeGoals(r Report) []Goal {
 		}
 	}
 	return out
+}
+
+// cpuBound says what d's CPU allows on procs cores, beside the least CPU
+// a delegation of this size needs: the bare copy's and the protocol's
+// cryptography (CryptoWork). Where the hosts share few cores, as in the
+// bench, CPU bounds a large delegation: it cannot take less than its CPU
+// over the cores, and kith's own share of that CPU is what it could cut.
+// Empty when the CPU was not measured.
+func cpuBound(procs int, l Large, d LargeDelegation) string {
+	if procs <= 0 || d.CPUPerOp <= 0 || l.BareCopyCPU <= 0 || l.BareCopy.P50 <= 0 {
+		return ""
+	}
+	least := l.BareCopyCPU + l.Crypto.Total()
+	at := func(cpu time.Duration) time.Duration { return cpu / time.Duration(procs) }
+	return fmt.Sprintf("; CPU %s a delegation, %.1f× the bare copy's %s, where that and the proof's hashes and the envelope (%s) need %s: "+
+		"on %d cores at least %s = %.2f× the bare copy at this CPU, %s = %.2f× at that least",
+		fmtDur(d.CPUPerOp), ratio(d.CPUPerOp, l.BareCopyCPU), fmtDur(l.BareCopyCPU), fmtDur(l.Crypto.Total()), fmtDur(least),
+		procs, fmtDur(at(d.CPUPerOp)), ratio(at(d.CPUPerOp), l.BareCopy.P50), fmtDur(at(least)), ratio(at(least), l.BareCopy.P50))
 }
 
 func writeLarge(w io.Writer, r Report) error {
@@ -292,10 +337,15 @@ func writeLarge(w io.Writer, r Report) error {
 	fmt.Fprintln(tw, "payload\tstore\truns\tp50\tmax\tMiB/s\t× bare copy\t× durable floor\tcpu/op\terrors\t")
 	for _, l := range r.Large {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), "bare copy", l.BareCopy.Samples,
-			fmtDur(l.BareCopy.P50), fmtDur(l.BareCopy.Max), mibPerSec(l.Payload, l.BareCopy.P50), "1.00×", "-", "-", 0)
+			fmtDur(l.BareCopy.P50), fmtDur(l.BareCopy.Max), mibPerSec(l.Payload, l.BareCopy.P50), "1.00×", "-", cpuOrDash(l.BareCopyCPU), 0)
 		if l.ForwardCopy.Samples > 0 {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.2f×\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), "store-and-forward copy", l.ForwardCopy.Samples,
-				fmtDur(l.ForwardCopy.P50), fmtDur(l.ForwardCopy.Max), mibPerSec(l.Payload, l.ForwardCopy.P50), ratio(l.ForwardCopy.P50, l.BareCopy.P50), "-", "-", 0)
+				fmtDur(l.ForwardCopy.P50), fmtDur(l.ForwardCopy.Max), mibPerSec(l.Payload, l.ForwardCopy.P50), ratio(l.ForwardCopy.P50, l.BareCopy.P50), "-",
+				cpuOrDash(l.ForwardCopyCPU), 0)
+		}
+		if c := l.Crypto.Total(); c > 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.2f×\t%s\t%s\t%d\t\n", fmtBytes(l.Payload), "proof hashes + envelope, 1 core", cryptoWorkRuns,
+				fmtDur(c), "-", mibPerSec(l.Payload, c), ratio(c, l.BareCopy.P50), "-", fmtDur(c), 0)
 		}
 		for _, sw := range []struct {
 			how string
@@ -343,6 +393,8 @@ func writeLarge(w io.Writer, r Report) error {
 			"as a durable store makes a value under %s durable, in its commit log's record\n",
 			durableWrites, durableWrites, durableWrites, fmtBytes(store.FileValueMin))
 	}
+	fmt.Fprintln(w, "proof hashes + envelope: the SHA-256 of the payload four times (offer and output, on each side) and the envelope's seal and\n"+
+		"open of it twice (task and result), on one core: the cryptography a delegation adds to the bare copy's TLS")
 	if files || appends {
 		fmt.Fprintf(w, "each: what a durable delegation stores, task and result on each side; durable floor: store-and-forward copy p50 + %d/%d of the\n"+
 			"faster synced writes' (or the appends') p50, the requester's write of the result, which lies on the delegation's critical path (the\n"+
@@ -360,6 +412,14 @@ func writeLarge(w io.Writer, r Report) error {
 		}
 	}
 	return nil
+}
+
+// cpuOrDash is a CPU figure, or "-" where none was measured.
+func cpuOrDash(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmtDur(d)
 }
 
 // mibPerSec is the payload's rate, counting it once (as a user does: the
