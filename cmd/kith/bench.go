@@ -79,7 +79,8 @@ func benchCmd() *cobra.Command {
 	f.IntVar(&opts.Payload, "payload", 64, "bytes echoed per operation")
 	f.StringSliceVar(&stores, "stores", []string{"memory", "nosync", "durable"}, "delegation store kinds to measure")
 	f.StringSliceVar(&large, "large", []string{"1MiB", "16MiB"}, "large payloads, each copied over a bare stream and delegated on every store kind (\"\" for none)")
-	f.IntVar(&opts.LargeRuns, "large-runs", bench.DefaultLargeRuns, "timed runs of each large phase, after one uncounted")
+	f.IntVar(&opts.LargeRuns, "large-runs", 0, fmt.Sprintf("timed runs of each large phase, after one uncounted (default as many as %d MiB of the payload make, %d to %d)",
+		bench.LargeRunBytes>>20, bench.DefaultLargeRuns, bench.MaxLargeRuns))
 	f.StringVar(&opts.Dir, "dir", "", "directory for the on-disk stores and the fsync probe (default the system temp dir)")
 	f.IntVar(&opts.FsyncSamples, "fsync-samples", 200, "fsyncs timed by the disk probe")
 	f.BoolVar(&asJSON, "json", false, "write the report as JSON to stdout (progress and table go to stderr)")

@@ -243,6 +243,25 @@ func TestCPUBound(t *testing.T) {
 	}
 }
 
+// By default a large phase runs as many operations as 32 MiB of its
+// payload make, from 5 to 32; --large-runs sets the number for all.
+func TestLargeRunsBySize(t *testing.T) {
+	for _, c := range []struct{ set, size, want int }{
+		{0, 1 << 10, MaxLargeRuns},
+		{0, 1 << 20, 32},
+		{0, 4 << 20, 8},
+		{0, 5 << 20, 6},
+		{0, 16 << 20, DefaultLargeRuns},
+		{0, 64 << 20, DefaultLargeRuns},
+		{3, 1 << 20, 3},
+		{40, 16 << 20, 40},
+	} {
+		if got := (Options{LargeRuns: c.set}).largeRuns(c.size); got != c.want {
+			t.Errorf("LargeRuns %d: %d runs of %d bytes, want %d", c.set, got, c.size, c.want)
+		}
+	}
+}
+
 func TestOptionsValidateReportsEveryProblem(t *testing.T) {
 	o := Options{Duration: -time.Second, Concurrency: []int{0, 5000}, Payload: maxPayload + 1, Stores: []StoreKind{"tape"}}
 	err := o.Validate()

@@ -97,7 +97,7 @@ const (
 )
 
 // runLarge measures each of opts.Large. Each operation runs alone (these
-// are throughput figures of one transfer), opts.LargeRuns times after one
+// are throughput figures of one transfer), opts.largeRuns times after one
 // uncounted run.
 func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *hostPair, sets map[StoreKind]*engines) (_ []Large, err error) {
 	var out []Large
@@ -112,16 +112,17 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 		text := payloadText(size)
 		buf := make([]byte, size)
 		l := Large{Payload: size}
-		fmt.Fprintf(w, "measuring bare-copy of %s, %d runs\n", fmtBytes(size), opts.LargeRuns)
-		lat, cpu, errs, first := timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
+		runs := opts.largeRuns(size)
+		fmt.Fprintf(w, "measuring bare-copy of %s, %d runs\n", fmtBytes(size), runs)
+		lat, cpu, errs, first := timeRuns(ctx, runs, func(ctx context.Context) error {
 			return hp.echo(ctx, text, buf)
 		})
 		if errs > 0 {
 			return out, fmt.Errorf("bench: bare copy of %s: %s", fmtBytes(size), first)
 		}
 		l.BareCopy, l.BareCopyCPU = lat, perOp(cpu, lat)
-		fmt.Fprintf(w, "measuring store-and-forward copy of %s, %d runs\n", fmtBytes(size), opts.LargeRuns)
-		lat, cpu, errs, first = timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
+		fmt.Fprintf(w, "measuring store-and-forward copy of %s, %d runs\n", fmtBytes(size), runs)
+		lat, cpu, errs, first = timeRuns(ctx, runs, func(ctx context.Context) error {
 			return hp.forward(ctx, text, buf)
 		})
 		if errs > 0 {
@@ -154,8 +155,8 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 				continue
 			}
 			switchTo(sets, e, hp)
-			fmt.Fprintf(w, "measuring delegation of %s (%s store), %d runs\n", fmtBytes(size), k, opts.LargeRuns)
-			lat, cpu, errs, first := timeRuns(ctx, opts.LargeRuns, func(ctx context.Context) error {
+			fmt.Fprintf(w, "measuring delegation of %s (%s store), %d runs\n", fmtBytes(size), k, runs)
+			lat, cpu, errs, first := timeRuns(ctx, runs, func(ctx context.Context) error {
 				_, err := e.delegateBudget(ctx, string(text), budget)
 				return err
 			})
@@ -181,14 +182,15 @@ func runLarge(ctx context.Context, w io.Writer, opts Options, dir string, hp *ho
 // durable floor from it. probeDir is a directory of its own, which the
 // caller removes.
 func (l *Large) measureWrites(ctx context.Context, w io.Writer, opts Options, probeDir string, text []byte) (err error) {
+	runs := opts.largeRuns(len(text))
 	if len(text) < store.FileValueMin {
 		lw, err := store.NewLogWriter(probeDir)
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 		defer func() { err = errors.Join(err, lw.Close()) }()
-		fmt.Fprintf(w, "measuring %d synced log appends of %s to %s, %d runs\n", durableWrites, fmtBytes(len(text)), probeDir, opts.LargeRuns)
-		lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
+		fmt.Fprintf(w, "measuring %d synced log appends of %s to %s, %d runs\n", durableWrites, fmtBytes(len(text)), probeDir, runs)
+		lat, _, errs, first := timeRuns(ctx, runs, func(context.Context) error {
 			lw.Rewind()
 			for range durableWrites {
 				if err := lw.Append(text); err != nil {
@@ -210,8 +212,8 @@ func (l *Large) measureWrites(ctx context.Context, w io.Writer, opts Options, pr
 		if direct {
 			how, into = "with O_DIRECT", &l.SyncedWritesDirect
 		}
-		fmt.Fprintf(w, "measuring %d synced writes of %s %s to %s, %d runs\n", durableWrites, fmtBytes(len(text)), how, probeDir, opts.LargeRuns)
-		lat, _, errs, first := timeRuns(ctx, opts.LargeRuns, func(context.Context) error {
+		fmt.Fprintf(w, "measuring %d synced writes of %s %s to %s, %d runs\n", durableWrites, fmtBytes(len(text)), how, probeDir, runs)
+		lat, _, errs, first := timeRuns(ctx, runs, func(context.Context) error {
 			return probe.writes(text, durableWrites, direct)
 		})
 		if direct && probe.noDirect {
