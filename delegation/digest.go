@@ -2,7 +2,9 @@ package delegation
 
 import (
 	"crypto/sha256"
+	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // digest is the SHA-256 of an offer, computed beside the work that
@@ -11,10 +13,11 @@ import (
 // megabyte takes about 5 ms to hash on a core without SHA instructions:
 // time the round trip would otherwise spend waiting for it.
 type digest struct {
-	of    []byte // what is hashed; it must not change
-	sum   [32]byte
-	done  chan struct{} // nil: sum was computed at once
-	start sync.Once     // the hash's goroutine
+	of     []byte // what is hashed; it must not change
+	sum    [32]byte
+	done   chan struct{} // nil: sum was computed at once
+	start  sync.Once     // the hash's goroutine
+	urgent atomic.Bool   // begin or get was called: no more yielding
 }
 
 // digestAsideMin is the size from which an offer is hashed on a goroutine
@@ -29,11 +32,12 @@ func digestOf(b []byte) *digest {
 }
 
 // digestLater is digestOf for a hash that should not start yet: a large
-// one starts at begin, or at get. The requester's starts once the result
-// is in (checkProof), beside the output's hash and the result's write: on
-// a machine that runs both sides, begun any earlier it took a core from
-// the offer's encryption or from the provider's own hashes. The
-// provider's starts once its offer's file is being written (serveOffer).
+// one starts at begin or beginIdle, or at get. The requester's starts in
+// the background once the offer is out (beginIdle, in attempt), and goes
+// on at full speed once the result is in (checkProof): begun at full
+// speed any earlier, on a machine that runs both sides, it took a core
+// from the provider's own hashes. The provider's starts once its offer's
+// file is being written (serveOffer).
 func digestLater(b []byte) *digest {
 	d := &digest{of: b}
 	if len(b) < digestAsideMin {
@@ -44,17 +48,45 @@ func digestLater(b []byte) *digest {
 	return d
 }
 
-// begin starts the hash, if it has not started.
+// begin starts the hash, if it has not started, and has a hash begun by
+// beginIdle go on without yielding.
 func (d *digest) begin() {
 	if d.done == nil {
 		return
 	}
-	d.start.Do(func() {
-		go func() {
-			defer close(d.done)
-			d.sum = sha256.Sum256(d.of)
-		}()
-	})
+	d.urgent.Store(true)
+	d.start.Do(func() { go d.run() })
+}
+
+// beginIdle starts the hash in the background, if it has not started: a
+// piece of idlePiece bytes at a time, the goroutine yielding its
+// processor after each (runtime.Gosched), so that goroutines waiting for
+// one run first, until begin or get asks for the rest. A requester waits
+// for its provider with idle cores the hash can use, beside a provider
+// whose work must not wait behind it on a machine that runs both.
+func (d *digest) beginIdle() {
+	if d.done == nil {
+		return
+	}
+	d.start.Do(func() { go d.run() })
+}
+
+// idlePiece is what a background hash does between yields: about 40 µs
+// of SHA-256 with SHA instructions, 0.3 ms without.
+const idlePiece = 64 << 10
+
+// run computes the hash, yielding between pieces until d is urgent.
+func (d *digest) run() {
+	defer close(d.done)
+	h := sha256.New()
+	b := d.of
+	for len(b) > idlePiece && !d.urgent.Load() {
+		h.Write(b[:idlePiece])
+		b = b[idlePiece:]
+		runtime.Gosched()
+	}
+	h.Write(b)
+	h.Sum(d.sum[:0])
 }
 
 // get waits for the hash, starting it if need be.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -347,6 +348,50 @@ func TestDigestSameBytesOnly(t *testing.T) {
 		if later.sumOf(b) != sha256.Sum256(b) {
 			t.Fatalf("%d bytes: a digest begun twice differs from SHA-256", n)
 		}
+	}
+}
+
+// TestDigestInBackground: a hash begun in the background (beginIdle) gives
+// SHA-256 whether it finished on its own or was hurried by begin or get,
+// and it yields its processor between pieces: on one processor, a
+// goroutine that yields gets it back before the hash of many pieces is
+// done.
+func TestDigestInBackground(t *testing.T) {
+	for _, n := range []int{digestAsideMin, 3*idlePiece + 1, 16 * idlePiece} {
+		b := bytes.Repeat([]byte("q"), n)
+		want := sha256.Sum256(b)
+		idle := digestLater(b)
+		idle.beginIdle()
+		idle.beginIdle()
+		if got := idle.get(); got != want {
+			t.Fatalf("%d bytes in the background: %x, want %x", n, got, want)
+		}
+		hurried := digestLater(b)
+		hurried.beginIdle()
+		hurried.begin()
+		if got := hurried.sumOf(b); got != want {
+			t.Fatalf("%d bytes hurried by begin: %x, want %x", n, got, want)
+		}
+		urgent := digestLater(b)
+		urgent.begin()
+		urgent.beginIdle() // started already: nothing more
+		if got := urgent.get(); got != want {
+			t.Fatalf("%d bytes begun then beginIdle: %x, want %x", n, got, want)
+		}
+	}
+
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	b := bytes.Repeat([]byte("y"), 64*idlePiece) // 4 MiB: milliseconds of hashing
+	d := digestLater(b)
+	d.beginIdle()
+	runtime.Gosched() // the hash runs a piece, then yields back
+	select {
+	case <-d.done:
+		t.Fatal("the background hash of 64 pieces ran to its end before yielding")
+	default:
+	}
+	if got := d.get(); got != sha256.Sum256(b) {
+		t.Fatalf("4 MiB: %x, want SHA-256", got)
 	}
 }
 

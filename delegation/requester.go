@@ -315,7 +315,7 @@ func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	// a Reply right after a restart finds it (and waits for the first
 	// attempt to read the log, see outgoing.replyMu).
 	own, cancel := context.WithCancelCause(context.Background())
-	o := &outgoing{cancel: cancel, offerHash: digestLater(d.Offer)} // begun once the offer is out (attempt)
+	o := &outgoing{cancel: cancel, offerHash: digestLater(d.Offer)} // begun in the background once the offer is out (attempt)
 	if cr != nil {
 		cr.abort = cancel
 	}

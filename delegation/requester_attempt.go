@@ -163,6 +163,11 @@ func (e *requesterHalf) attempt(ctx context.Context, d store.Delegation, o *outg
 	if first != nil {
 		e.trace(Sent, d.Peer, first)
 	}
+	if !r.accepted {
+		// The offer is out: its hash, which the result's check needs, is
+		// done in the background while the provider works.
+		o.offerHash.beginIdle()
+	}
 	if lost != nil || strings.HasPrefix(cur.Reason, waitingPrefix) {
 		e.log.Info("path to the provider is back", "delegation", d.ID, "peer", d.Peer)
 		_, _ = e.st.UpdateDelegation(store.RoleRequester, d.ID, func(x *store.Delegation) error {

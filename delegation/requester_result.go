@@ -111,9 +111,8 @@ func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationRes
 		return err
 	}
 	// The two hashes run side by side, the offer's on a goroutine of its
-	// own, while the result's file is written (acceptResult). The offer's
-	// starts only now: begun while the provider worked, it took a core
-	// from the provider's own hashes on a machine that runs both.
+	// own (begun in the background once the offer was out, it may be
+	// done), while the result's file is written (acceptResult).
 	if offerHash.hashes(d.Offer) {
 		offerHash.begin()
 	}
