@@ -55,7 +55,7 @@ func (d *digest) begin() {
 		return
 	}
 	d.urgent.Store(true)
-	d.start.Do(func() { go d.run() })
+	d.beginIdle() // urgent already: run does not yield
 }
 
 // beginIdle starts the hash in the background, if it has not started: a
