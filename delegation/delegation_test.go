@@ -274,7 +274,7 @@ func TestMatchOutput(t *testing.T) {
 		}
 		return b
 	}
-	signed := protocol.ResultProof{OutputSHA256: protocol.OutputDigest(out)}
+	signed := protocol.ResultProof{OutputHash: protocol.OutputDigest(protocol.DigestSHA256, out)}
 	cases := []struct {
 		name  string
 		p     protocol.ResultProof
@@ -283,13 +283,13 @@ func TestMatchOutput(t *testing.T) {
 		ok    bool
 	}{
 		{"digest matches", signed, store.Delegation{Remote: true, Offer: offer(true)}, false, true},
-		{"digest of other output", protocol.ResultProof{OutputSHA256: protocol.OutputDigest([]protocol.Part{protocol.TextPart("the answer ")})},
+		{"digest of other output", protocol.ResultProof{OutputHash: protocol.OutputDigest(protocol.DigestSHA256, []protocol.Part{protocol.TextPart("the answer ")})},
 			store.Delegation{Remote: true, Offer: offer(false)}, false, false},
 		{"no digest from a 1.2 provider", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(false)}, false, true},
 		{"no digest from a 1.3 provider", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(true)}, false, false},
 		{"no digest after a re-offer", protocol.ResultProof{}, store.Delegation{Remote: true, Offer: offer(true)}, true, true},
 		{"no digest on a local delegation stored before 1.3", protocol.ResultProof{}, store.Delegation{Offer: offer(false)}, false, true},
-		{"digest of other output on a local delegation", protocol.ResultProof{OutputSHA256: protocol.OutputDigest(nil)}, store.Delegation{Offer: offer(false)}, false, false},
+		{"digest of other output on a local delegation", protocol.ResultProof{OutputHash: protocol.OutputDigest(protocol.DigestSHA256, nil)}, store.Delegation{Offer: offer(false)}, false, false},
 	}
 	for _, c := range cases {
 		err := matchOutput(c.p, c.d, outputSum(c.p, m), c.moved)

@@ -224,8 +224,33 @@ type core struct {
 	// one has not ended (subscription.live).
 	live map[protocol.DelegationID]struct{}
 
+	// digest is the proof digest this node asks for in its offers and
+	// agrees to in its proofs (protocol.ProofDigests): the one it makes
+	// fastest, protocol.FastestDigest. Tests set it.
+	digest protocol.ProofDigest
+
 	// mutateResult lets tests tamper with a result after it is signed.
 	mutateResult func(*protocol.DelegationResult)
+}
+
+// askDigest is the proof digest this node asks a provider that sent caps
+// for: its own, if the provider speaks protocol.ProofDigests.
+func (c *core) askDigest(caps *protocol.CapabilityAssertion) protocol.ProofDigest {
+	if caps != nil && protocol.Speaks(caps.Versions, protocol.ProofDigests) {
+		return c.digest
+	}
+	return protocol.DigestSHA256
+}
+
+// proofDigest is the digest this node makes the proof of offer o with:
+// the one o asks for (1.6), if this node would ask for it too, else
+// SHA-256. A requester that asks for a digest can check it, and one this
+// node makes slower than SHA-256 is not worth its time.
+func (c *core) proofDigest(o *protocol.DelegationOffer) protocol.ProofDigest {
+	if o != nil && o.ProofDigest == c.digest {
+		return c.digest
+	}
+	return protocol.DigestSHA256
 }
 
 // providerHalf serves offers, queries and reattaches from peers and runs
@@ -303,6 +328,7 @@ func New(cfg Config) (*Engine, error) {
 		recovered:  make(chan struct{}),
 		started:    make(chan struct{}),
 		workers:    newWorkers(),
+		digest:     protocol.FastestDigest(),
 	}
 	p := &providerHalf{
 		core:      c,

@@ -16,6 +16,9 @@ func (e *Engine) SetOpenDelay(d time.Duration) { e.openDelay = d }
 // SetStatusCap sets the most output one status of the provider carries.
 func (e *Engine) SetStatusCap(n int) { e.statusCap = n }
 
+// SetDigest sets the proof digest the engine asks for and agrees to.
+func (e *Engine) SetDigest(d protocol.ProofDigest) { e.digest = d }
+
 // SetVersions sets the protocol versions the provider's capability
 // assertion lists (an older peer lists fewer).
 func (e *Engine) SetVersions(vs []protocol.Version) { e.versions = vs }

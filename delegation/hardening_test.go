@@ -257,8 +257,8 @@ func signedResult(t *testing.T, b *testNode, requester *testNode, o *protocol.De
 	t.Helper()
 	usage := protocol.Usage{Prompt: 1, Completion: 1, Total: 2}
 	proof, err := protocol.SignResultProof(b.id, protocol.ResultProof{
-		DelegationID: o.ID, Requester: requester.id.PeerID(), OfferSHA256: sha256.Sum256(raw),
-		TranscriptSHA256: transcriptHash(transcript), Usage: usage, CompletedAt: time.Now(), State: protocol.StateCompleted,
+		DelegationID: o.ID, Requester: requester.id.PeerID(), OfferHash: sha256.Sum256(raw),
+		TranscriptHash: transcriptHash(protocol.DigestSHA256, transcript), Usage: usage, CompletedAt: time.Now(), State: protocol.StateCompleted,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -297,9 +297,9 @@ func TestLargeOfferHashChecked(t *testing.T) {
 			out := []protocol.Part{protocol.TextPart("done")}
 			usage := protocol.Usage{Prompt: 1, Completion: 1, Total: 2}
 			proof, err := protocol.SignResultProof(b.id, protocol.ResultProof{
-				DelegationID: o.ID, Requester: a.id.PeerID(), OfferSHA256: sha256.Sum256(signed),
-				TranscriptSHA256: transcriptHash([]store.Event{{Type: EventAccepted, Data: accept}}),
-				OutputSHA256:     protocol.OutputDigest(out), Usage: usage, CompletedAt: time.Now(), State: protocol.StateCompleted,
+				DelegationID: o.ID, Requester: a.id.PeerID(), OfferHash: sha256.Sum256(signed),
+				TranscriptHash: transcriptHash(protocol.DigestSHA256, []store.Event{{Type: EventAccepted, Data: accept}}),
+				OutputHash:     protocol.OutputDigest(protocol.DigestSHA256, out), Usage: usage, CompletedAt: time.Now(), State: protocol.StateCompleted,
 			})
 			if err != nil {
 				t.Error(err)
@@ -321,68 +321,78 @@ func TestLargeOfferHashChecked(t *testing.T) {
 	}
 }
 
-// TestDigestSameBytesOnly: a digest answers for the very bytes it hashed,
-// and hashes anything else (equal bytes elsewhere in memory included) anew.
+// TestDigestSameBytesOnly: a digest answers for the very bytes it hashed
+// with its own hash, and hashes anything else (equal bytes elsewhere in
+// memory, the same bytes with the other hash) anew.
 func TestDigestSameBytesOnly(t *testing.T) {
-	for _, n := range []int{10, 2 * digestAsideMin} {
-		b := bytes.Repeat([]byte("k"), n)
-		d := digestOf(b)
-		if d.sumOf(b) != sha256.Sum256(b) || d.get() != sha256.Sum256(b) {
-			t.Fatalf("%d bytes: digest differs from SHA-256", n)
-		}
-		other := bytes.Clone(b)
-		other[0] = 'x'
-		if d.sumOf(other) != sha256.Sum256(other) {
-			t.Fatalf("%d bytes: sumOf(other bytes) gave the digest of the first", n)
-		}
-		if (*digest)(nil).sumOf(b) != sha256.Sum256(b) {
-			t.Fatal("nil digest: not SHA-256")
-		}
-		// A digest not begun is computed by get; one begun twice, once.
-		if got := digestLater(b).get(); got != sha256.Sum256(b) {
-			t.Fatalf("%d bytes: a digest not begun gave %x", n, got)
-		}
-		later := digestLater(b)
-		later.begin()
-		later.begin()
-		if later.sumOf(b) != sha256.Sum256(b) {
-			t.Fatalf("%d bytes: a digest begun twice differs from SHA-256", n)
+	algs := []protocol.ProofDigest{protocol.DigestSHA256, protocol.DigestBLAKE3}
+	for _, alg := range algs {
+		other := algs[1-alg]
+		for _, n := range []int{10, 2 * digestAsideMin} {
+			b := bytes.Repeat([]byte("k"), n)
+			d := digestOf(alg, b)
+			if d.sumOf(alg, b) != alg.Sum(b) || d.get() != alg.Sum(b) {
+				t.Fatalf("%s, %d bytes: digest differs from %s", alg, n, alg)
+			}
+			if d.sumOf(other, b) != other.Sum(b) || other.Sum(b) == alg.Sum(b) {
+				t.Fatalf("%s, %d bytes: sumOf(%s) did not hash anew", alg, n, other)
+			}
+			changed := bytes.Clone(b)
+			changed[0] = 'x'
+			if d.sumOf(alg, changed) != alg.Sum(changed) {
+				t.Fatalf("%s, %d bytes: sumOf(other bytes) gave the digest of the first", alg, n)
+			}
+			if (*digest)(nil).sumOf(alg, b) != alg.Sum(b) {
+				t.Fatalf("nil digest: not %s", alg)
+			}
+			// A digest not begun is computed by get; one begun twice, once.
+			if got := digestLater(alg, b).get(); got != alg.Sum(b) {
+				t.Fatalf("%s, %d bytes: a digest not begun gave %x", alg, n, got)
+			}
+			later := digestLater(alg, b)
+			later.begin()
+			later.begin()
+			if later.sumOf(alg, b) != alg.Sum(b) {
+				t.Fatalf("%s, %d bytes: a digest begun twice differs from %s", alg, n, alg)
+			}
 		}
 	}
 }
 
 // TestDigestInBackground: a hash begun in the background (beginIdle) gives
-// SHA-256 whether it finished on its own or was hurried by begin or get,
-// and it yields its processor between pieces: on one processor, a
-// goroutine that yields gets it back before the hash of many pieces is
-// done.
+// the one-shot digest, for either hash, whether it finished on its own or
+// was hurried by begin or get, and it yields its processor between
+// pieces: on one processor, a goroutine that yields gets it back before
+// the hash of many pieces is done.
 func TestDigestInBackground(t *testing.T) {
-	for _, n := range []int{digestAsideMin, 3*idlePiece + 1, 16 * idlePiece} {
-		b := bytes.Repeat([]byte("q"), n)
-		want := sha256.Sum256(b)
-		idle := digestLater(b)
-		idle.beginIdle()
-		idle.beginIdle()
-		if got := idle.get(); got != want {
-			t.Fatalf("%d bytes in the background: %x, want %x", n, got, want)
-		}
-		hurried := digestLater(b)
-		hurried.beginIdle()
-		hurried.begin()
-		if got := hurried.sumOf(b); got != want {
-			t.Fatalf("%d bytes hurried by begin: %x, want %x", n, got, want)
-		}
-		urgent := digestLater(b)
-		urgent.begin()
-		urgent.beginIdle() // started already: nothing more
-		if got := urgent.get(); got != want {
-			t.Fatalf("%d bytes begun then beginIdle: %x, want %x", n, got, want)
+	for _, alg := range []protocol.ProofDigest{protocol.DigestSHA256, protocol.DigestBLAKE3} {
+		for _, n := range []int{digestAsideMin, 3*idlePiece + 1, 16 * idlePiece} {
+			b := bytes.Repeat([]byte("q"), n)
+			want := alg.Sum(b)
+			idle := digestLater(alg, b)
+			idle.beginIdle()
+			idle.beginIdle()
+			if got := idle.get(); got != want {
+				t.Fatalf("%s, %d bytes in the background: %x, want %x", alg, n, got, want)
+			}
+			hurried := digestLater(alg, b)
+			hurried.beginIdle()
+			hurried.begin()
+			if got := hurried.sumOf(alg, b); got != want {
+				t.Fatalf("%s, %d bytes hurried by begin: %x, want %x", alg, n, got, want)
+			}
+			urgent := digestLater(alg, b)
+			urgent.begin()
+			urgent.beginIdle() // started already: nothing more
+			if got := urgent.get(); got != want {
+				t.Fatalf("%s, %d bytes begun then beginIdle: %x, want %x", alg, n, got, want)
+			}
 		}
 	}
 
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	b := bytes.Repeat([]byte("y"), 64*idlePiece) // 4 MiB: milliseconds of hashing
-	d := digestLater(b)
+	d := digestLater(protocol.DigestSHA256, b)
 	d.beginIdle()
 	runtime.Gosched() // the hash runs a piece, then yields back
 	select {

@@ -24,7 +24,8 @@ func (e *providerHalf) delegateLocal(ctx context.Context, req Request) (protocol
 		ID: protocol.NewDelegationID(), Profile: req.Profile, Task: req.Task, ContextID: req.ContextID,
 		BudgetTokens: req.BudgetTokens, Timeout: req.Timeout, HopLimit: req.HopLimit,
 		Chain: append(req.Chain, self), Priority: req.Priority, ParentID: req.Parent,
-		MultiTurn: true, // this node answers its own questions (Reply)
+		MultiTurn:   true, // this node answers its own questions (Reply)
+		ProofDigest: e.digest,
 	}
 	raw, err := protocol.EncodeMessage(offer)
 	if err != nil {
@@ -51,7 +52,7 @@ func (e *providerHalf) delegateLocal(ctx context.Context, req Request) (protocol
 	}
 	t := &task{
 		id: offer.ID, wire: offer.ID, role: store.RoleRequester, requester: self, offer: offer,
-		offerHash: digestOf(raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
+		offerHash: digestOf(e.proofDigest(offer), raw), profile: p, deadline: d.Deadline, done: make(chan struct{}),
 	}
 	// Local work leases its VRAM with priority: remote leases in the way
 	// are revoked and their delegations end preempted.

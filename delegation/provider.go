@@ -310,7 +310,7 @@ func (e *providerHalf) serveOffer(ctx context.Context, s Stream, c *protocol.Con
 	now := e.cfg.Now()
 	t := &task{
 		id: key, wire: o.ID, role: store.RoleProvider, requester: remote, trust: trust, offer: o,
-		offerHash: digestLater(raw), profile: p, deadline: now.Add(timeout),
+		offerHash: digestLater(e.proofDigest(o), raw), profile: p, deadline: now.Add(timeout),
 		remote: true, done: make(chan struct{}),
 	}
 	lease, rej := e.lease(p, o.ID, false)
@@ -410,12 +410,13 @@ func (e *providerHalf) recoverProvider(open []store.Delegation) error {
 		hash := &digest{}
 		wire := d.ID
 		if len(d.Offer) > 0 {
-			hash = digestOf(d.Offer)
+			var offer *protocol.DelegationOffer
 			if m, err := protocol.DecodeMessage(d.Offer); err == nil {
 				if o, ok := m.(*protocol.DelegationOffer); ok {
-					wire = o.ID
+					wire, offer = o.ID, o
 				}
 			}
+			hash = digestOf(e.proofDigest(offer), d.Offer)
 		}
 		logged, err := e.st.Events(store.RoleProvider, d.ID, 0)
 		if err != nil {

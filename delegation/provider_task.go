@@ -449,10 +449,11 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	role, id, requester := f.role, f.id, f.requester
 	reason := why.wire
 	events := slices.Concat(f.logged, tail)
+	alg := f.offerHash.alg
 	p := protocol.ResultProof{
-		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(),
-		TranscriptSHA256: transcriptHash(events),
-		Usage:            usage, CompletedAt: e.cfg.Now(), State: state, Turns: proofTurns(events),
+		DelegationID: f.wire, Requester: requester, Provider: e.id.PeerID(), Digest: alg,
+		TranscriptHash: transcriptHash(alg, events),
+		Usage:          usage, CompletedAt: e.cfg.Now(), State: state, Turns: proofTurns(events),
 	}
 	res := &protocol.DelegationResult{ID: f.wire, State: state, Output: out, Usage: usage, Duration: took, Reason: reason}
 	ahead, complete := e.encodeAhead(role, id, res, p)
@@ -460,8 +461,8 @@ func (e *providerHalf) finish(f finishing, state protocol.State, why outcomeReas
 	// The output is hashed first: a large offer's hash is still running
 	// beside it (digestOf), and the two take a core each instead of one
 	// after the other.
-	p.OutputSHA256 = protocol.OutputDigest(out)
-	p.OfferSHA256 = f.offerHash.get()
+	p.OutputHash = protocol.OutputDigest(alg, out)
+	p.OfferHash = f.offerHash.get()
 	proof, err := protocol.SignResultProof(e.id, p)
 	if err != nil {
 		e.log.Error("sign result proof", "delegation", id, "err", err)

@@ -2,7 +2,6 @@ package delegation
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 
 	"github.com/kithmesh/kith/protocol"
@@ -177,7 +176,7 @@ func (e *core) Verify(id protocol.DelegationID) (protocol.ResultProof, error) {
 		return p, err
 	}
 	d.Peer = signer
-	return p, matchProof(p, d, sha256.Sum256(d.Offer), outputSum(p, r), e.id.PeerID(), r, events, reoffered(events))
+	return p, matchProof(p, d, p.Digest.Sum(d.Offer), outputSum(p, r), e.id.PeerID(), r, events, reoffered(events))
 }
 
 // Node is one delegation in a tree.

@@ -119,6 +119,10 @@ func (e *requesterHalf) Delegate(ctx context.Context, req Request) (protocol.Del
 		// Its result may come while the provider's write of it syncs,
 		// confirmed once durable (protocol/doc.go, Provisional results).
 		ProvisionalResult: protocol.Speaks(caps.Versions, protocol.ProvisionalResults),
+		// The proof may be made with the hash this node makes fastest
+		// (protocol.FastestDigest); the provider agrees if it too makes
+		// that one fastest.
+		ProofDigest: e.askDigest(caps),
 	}
 	raw, err := protocol.EncodeMessage(offer)
 	if err != nil {
@@ -315,7 +319,7 @@ func (e *requesterHalf) follow(d store.Delegation, cr *created) error {
 	// a Reply right after a restart finds it (and waits for the first
 	// attempt to read the log, see outgoing.replyMu).
 	own, cancel := context.WithCancelCause(context.Background())
-	o := &outgoing{cancel: cancel, offerHash: digestLater(d.Offer)} // begun in the background once the offer is out (attempt)
+	o := &outgoing{cancel: cancel, offerHash: digestLater(protocol.OfferProofDigest(d.Offer), d.Offer)} // begun in the background once the offer is out (attempt)
 	if cr != nil {
 		cr.abort = cancel
 	}

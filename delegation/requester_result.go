@@ -113,24 +113,25 @@ func (e *requesterHalf) checkProof(d store.Delegation, m *protocol.DelegationRes
 	// The two hashes run side by side, the offer's on a goroutine of its
 	// own (begun in the background once the offer was out, it may be
 	// done), while the result's file is written (acceptResult).
-	if offerHash.hashes(d.Offer) {
+	if offerHash.hashes(p.Digest, d.Offer) {
 		offerHash.begin()
 	}
 	outSum := outputSum(p, m)
-	return matchProof(p, d, offerHash.sumOf(d.Offer), outSum, e.id.PeerID(), m, transcript, moved)
+	return matchProof(p, d, offerHash.sumOf(p.Digest, d.Offer), outSum, e.id.PeerID(), m, transcript, moved)
 }
 
 // outputSum is the digest of m's output when the proof binds one, and zero
 // when it binds none: there is nothing to compare it with then.
 func outputSum(p protocol.ResultProof, m *protocol.DelegationResult) [32]byte {
-	if p.OutputSHA256 == ([32]byte{}) {
+	if p.OutputHash == ([32]byte{}) {
 		return [32]byte{}
 	}
-	return protocol.OutputDigest(m.Output)
+	return protocol.OutputDigest(p.Digest, m.Output)
 }
 
 // matchProof checks a verified proof against the delegation d, whose
-// offer's SHA-256 is offerSum; outSum is outputSum(p, m).
+// offer's digest (made with p.Digest) is offerSum; outSum is
+// outputSum(p, m).
 func matchProof(p protocol.ResultProof, d store.Delegation, offerSum, outSum [32]byte, requester peer.ID, m *protocol.DelegationResult, events []store.Event, moved bool) error {
 	switch {
 	case p.DelegationID != d.ID:
@@ -139,9 +140,9 @@ func matchProof(p protocol.ResultProof, d store.Delegation, offerSum, outSum [32
 		return fmt.Errorf("%w: proof names requester %s", ErrProofInvalid, p.Requester)
 	case p.Provider != d.Peer:
 		return fmt.Errorf("%w: proof names provider %s", ErrProofInvalid, p.Provider)
-	case p.OfferSHA256 != offerSum:
+	case p.OfferHash != offerSum:
 		return fmt.Errorf("%w: offer hash differs from the offer sent", ErrProofInvalid)
-	case p.TranscriptSHA256 != transcriptHash(events):
+	case p.TranscriptHash != transcriptHash(p.Digest, events):
 		return fmt.Errorf("%w: transcript hash differs from the messages received", ErrProofInvalid)
 	case p.Usage != m.Usage:
 		return fmt.Errorf("%w: proof usage %+v, result says %+v", ErrProofInvalid, p.Usage, m.Usage)
@@ -163,13 +164,13 @@ func matchProof(p protocol.ResultProof, d store.Delegation, offerSum, outSum [32
 // by a version before 1.3 (this node signs the digest now, and is checked
 // against it whenever it did).
 func matchOutput(p protocol.ResultProof, d store.Delegation, outSum [32]byte, moved bool) error {
-	if p.OutputSHA256 == ([32]byte{}) {
+	if p.OutputHash == ([32]byte{}) {
 		if !d.Remote || !offeredMultiTurn(d.Offer) || moved {
 			return nil
 		}
 		return fmt.Errorf("%w: the proof binds no output (a provider speaking %s must)", ErrProofInvalid, protocol.MultiTurn)
 	}
-	if p.OutputSHA256 != outSum {
+	if p.OutputHash != outSum {
 		return fmt.Errorf("%w: output differs from the output the provider signed", ErrProofInvalid)
 	}
 	return nil

@@ -2,7 +2,6 @@ package delegation
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"strings"
 	"sync"
@@ -167,7 +166,7 @@ func taskInput(o *protocol.DelegationOffer) executor.Task {
 	}
 }
 
-// transcriptHash is the sha256 over the provider's side of a delegation:
+// transcriptHash is the digest alg over the provider's side of a delegation:
 // the accept and every status, in the order sent, each length-prefixed.
 // Both sides keep those exact bytes in their event logs (a reattaching
 // requester dedups replays by status seq), so both compute the same hash.
@@ -175,8 +174,8 @@ func taskInput(o *protocol.DelegationOffer) executor.Task {
 // delegation by the continuations, which both sides log (EventTurn) between
 // the question they answer and the next turn's first status: with the
 // offer, they are all that shapes the result.
-func transcriptHash(events []store.Event) [32]byte {
-	h := sha256.New()
+func transcriptHash(alg protocol.ProofDigest, events []store.Event) [32]byte {
+	h := alg.New()
 	var n [binary.MaxVarintLen64]byte
 	for _, ev := range currentAttempt(events) {
 		if ev.Type != EventAccepted && ev.Type != EventStatus && ev.Type != EventTurn {

@@ -355,7 +355,7 @@ func (e *providerHalf) resumeWaiting(info store.Delegation) error {
 	}
 	t := &task{
 		id: d.ID, wire: o.ID, role: d.Role, requester: requester, trust: e.trustOf(requester), offer: o,
-		offerHash: digestOf(d.Offer), profile: p, deadline: d.Deadline, remote: remote,
+		offerHash: digestOf(e.proofDigest(o), d.Offer), profile: p, deadline: d.Deadline, remote: remote,
 		done: make(chan struct{}), answered: make(chan struct{}, 1), resumed: true, waiting: true,
 		logged: events,
 	}

@@ -377,7 +377,11 @@ func (n *Node) handleVerify(w http.ResponseWriter, r *http.Request) {
 	if p.Provider != "" {
 		out.Provider, out.Requester, out.State = p.Provider.String(), p.Requester.String(), p.State
 		out.Usage = api.Usage{Prompt: p.Usage.Prompt, Completion: p.Usage.Completion, Total: p.Usage.Total}
-		out.OfferSHA256, out.Transcript = hex.EncodeToString(p.OfferSHA256[:]), hex.EncodeToString(p.TranscriptSHA256[:])
+		out.Digest = p.Digest.String()
+		out.OfferDigest, out.TranscriptDigest = hex.EncodeToString(p.OfferHash[:]), hex.EncodeToString(p.TranscriptHash[:])
+		if p.Digest == protocol.DigestSHA256 {
+			out.OfferSHA256, out.Transcript = out.OfferDigest, out.TranscriptDigest
+		}
 		out.CompletedAt = p.CompletedAt
 		out.Turns = p.Turns
 	}

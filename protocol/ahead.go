@@ -10,7 +10,7 @@ import (
 )
 
 // A result encoded before its proof is signed. A provider's proof signs
-// the SHA-256 of the output and of the offer, which takes a millisecond
+// the digests of the output and of the offer, which takes a millisecond
 // or more per MiB; a large result's file can be written meanwhile, if its
 // bytes are known. They are, but for the proof's: the proof has a fixed
 // size once its fields but the digests are known (each digest is 32
@@ -37,12 +37,12 @@ type ResultAhead struct {
 // ResultProofLen is the length of p's encoding (EncodeResultProof) once
 // its offer and output digests are set, whatever their value: each is 32
 // bytes. (A digest of all zeros is left out of the encoding, and a proof
-// with one is shorter; no SHA-256 gives one in practice, and SetProof
+// with one is shorter; no hash gives one in practice, and SetProof
 // refuses a proof of another length.) p is the proof as it will be
-// signed, its provider set.
+// signed, its provider and digest set.
 func ResultProofLen(p ResultProof) (int, error) {
-	for i := range p.OfferSHA256 {
-		p.OfferSHA256[i], p.OutputSHA256[i] = 0xff, 0xff
+	for i := range p.OfferHash {
+		p.OfferHash[i], p.OutputHash[i] = 0xff, 0xff
 	}
 	b, err := EncodeResultProof(p)
 	return len(b), err

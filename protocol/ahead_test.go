@@ -33,12 +33,12 @@ func TestResultAheadMatches(t *testing.T) {
 			r := c.r
 			r.ID = fixtureDelegation
 			proof := fixtureResultProof(t)
-			proof.OfferSHA256, proof.OutputSHA256 = [32]byte{}, [32]byte{}
+			proof.OfferHash, proof.OutputHash = [32]byte{}, [32]byte{}
 			proof.Usage, proof.State, proof.Turns = r.Usage, r.State, c.turn
 			a := encodeAheadOf(t, &r, proof)
 			before := bytes.Clone(a.Bytes()[:a.ProofAt()])
-			proof.OfferSHA256 = sha256.Sum256([]byte("offer"))
-			proof.OutputSHA256 = OutputDigest(r.Output)
+			proof.OfferHash = sha256.Sum256([]byte("offer"))
+			proof.OutputHash = OutputDigest(proof.Digest, r.Output)
 			signed, err := SignResultProof(p.provider, proof)
 			if err != nil {
 				t.Fatal(err)
@@ -76,7 +76,7 @@ func TestResultAheadRefusesOtherSizes(t *testing.T) {
 	proof := fixtureResultProof(t)
 	a := encodeAheadOf(t, &r, proof)
 	was := bytes.Clone(a.Bytes())
-	proof.OutputSHA256 = [32]byte{} // left out of the encoding: 34 bytes short
+	proof.OutputHash = [32]byte{} // left out of the encoding: 34 bytes short
 	short, err := SignResultProof(p.provider, proof)
 	if err != nil {
 		t.Fatal(err)

@@ -196,6 +196,8 @@ func TestDecodeResultProofRejects(t *testing.T) {
 		{"output digest long", func(p *pb.ResultProof) { p.OutputSha256 = make([]byte, 33) }, nil, "output_sha256"},
 		{"not terminal", func(p *pb.ResultProof) { p.State = pb.State_STATE_ACCEPTED }, nil, "state"},
 		{"unknown state", func(p *pb.ResultProof) { p.State = 40 }, ErrUnknownEnum, "state"},
+		{"unknown digest", func(p *pb.ResultProof) { p.Digest = 2 }, ErrUnknownEnum, "digest"},
+		{"negative digest", func(p *pb.ResultProof) { p.Digest = -1 }, ErrUnknownEnum, "digest"},
 		{"no completion time", func(p *pb.ResultProof) { p.CompletedAtUnixMs = 0 }, nil, "completed_at_unix_ms"},
 	}
 	for _, c := range cases {

@@ -70,14 +70,14 @@ func fixtureCapabilityAssertion(tb testing.TB) CapabilityAssertion {
 func fixtureResultProof(tb testing.TB) ResultProof {
 	requester, provider, _ := peers(tb).ids()
 	return ResultProof{
-		DelegationID:     fixtureDelegation,
-		Requester:        requester,
-		Provider:         provider,
-		OfferSHA256:      sha256.Sum256([]byte("offer")),
-		TranscriptSHA256: sha256.Sum256([]byte("transcript")),
-		Usage:            Usage{Prompt: 120, Completion: 80, Total: 200},
-		CompletedAt:      fixedTime.Add(1500 * time.Millisecond),
-		State:            StateCompleted,
+		DelegationID:   fixtureDelegation,
+		Requester:      requester,
+		Provider:       provider,
+		OfferHash:      sha256.Sum256([]byte("offer")),
+		TranscriptHash: sha256.Sum256([]byte("transcript")),
+		Usage:          Usage{Prompt: 120, Completion: 80, Total: 200},
+		CompletedAt:    fixedTime.Add(1500 * time.Millisecond),
+		State:          StateCompleted,
 	}
 }
 

@@ -222,6 +222,7 @@ func TestDecodeMessageRejects(t *testing.T) {
 		{"offer file media type too long", onOffer(func(o *pb.DelegationOffer) { file(o, 2).MediaType = strings.Repeat("m", MaxMediaTypeLen+1) }), nil, "delegation_offer.task.parts[2].file.media_type"},
 		{"accept handle too long", onAccept(func(a *pb.DelegationAccept) { a.ProviderHandle = strings.Repeat("h", MaxHandleLen+1) }), nil, "delegation_accept.provider_handle"},
 		{"accept device too long", onAccept(func(a *pb.DelegationAccept) { a.Lease.Device = strings.Repeat("d", MaxDeviceLen+1) }), nil, "delegation_accept.lease.device"},
+		{"offer proof digest unknown", onOffer(func(o *pb.DelegationOffer) { o.ProofDigest = 2 }), ErrUnknownEnum, "delegation_offer.proof_digest"},
 		{"reject reason unknown", onReject(func(r *pb.DelegationReject) { r.Reason = 99 }), ErrUnknownEnum, "delegation_reject.reason"},
 		{"reject reason negative", onReject(func(r *pb.DelegationReject) { r.Reason = -1 }), ErrUnknownEnum, "delegation_reject.reason"},
 		{"reject reason unspecified", onReject(func(r *pb.DelegationReject) { r.Reason = pb.RejectReason_REJECT_REASON_UNSPECIFIED }), nil, "delegation_reject.reason"},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zeebo/blake3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kithmesh/kith/protocol/pb"
@@ -46,7 +47,7 @@ func TestGoldenMultiTurn(t *testing.T) {
 	t.Run("result_proof_turns", func(t *testing.T) {
 		p := fixtureResultProof(t)
 		p.Turns = 3
-		p.OutputSHA256 = OutputDigest([]Part{TextPart("the answer after three turns")}) // every 1.3 proof binds its output
+		p.OutputHash = OutputDigest(p.Digest, []Part{TextPart("the answer after three turns")}) // every 1.3 proof binds its output
 		b, err := EncodeResultProof(p)
 		if err != nil {
 			t.Fatal(err)
@@ -97,6 +98,7 @@ func TestContinueRules(t *testing.T) {
 		"timeout_ms":    offerField(func(w *pb.DelegationOffer) { w.TimeoutMs = 1000 }),
 		"hop_limit":     offerField(func(w *pb.DelegationOffer) { w.HopLimit = 1 }),
 		"multi_turn":    offerField(func(w *pb.DelegationOffer) { w.MultiTurn = true }),
+		"proof_digest":  offerField(func(w *pb.DelegationOffer) { w.ProofDigest = pb.ProofDigest_PROOF_DIGEST_BLAKE3 }),
 		"turn 1":        offerField(func(w *pb.DelegationOffer) { w.Turn = 1 }),
 		"turn too high": offerField(func(w *pb.DelegationOffer) { w.Turn = MaxTurns + 1 }),
 		"no answer":     offerField(func(w *pb.DelegationOffer) { w.Task = nil }),
@@ -176,22 +178,25 @@ func TestOutputDigestFraming(t *testing.T) {
 		{FilePart(File{Bytes: []byte("abc")})},
 		{FilePart(File{URI: "abc"})},
 	}
-	seen := map[[32]byte]int{}
-	for i, o := range outputs {
-		d := OutputDigest(o)
-		if j, dup := seen[d]; dup {
-			t.Errorf("outputs %d and %d have the same digest", j, i)
-		}
-		seen[d] = i
-		if OutputDigest(o) != d {
-			t.Errorf("output %d: digest not deterministic", i)
+	for _, alg := range []ProofDigest{DigestSHA256, DigestBLAKE3} {
+		seen := map[[32]byte]int{}
+		for i, o := range outputs {
+			d := OutputDigest(alg, o)
+			if j, dup := seen[d]; dup {
+				t.Errorf("%s: outputs %d and %d have the same digest", alg, j, i)
+			}
+			seen[d] = i
+			if OutputDigest(alg, o) != d {
+				t.Errorf("%s: output %d: digest not deterministic", alg, i)
+			}
 		}
 	}
 }
 
 // OutputDigest is the framing its comment gives, byte for byte: each part
-// its kind, then each field as a uvarint length and the bytes. A text
-// longer than any buffer it might go through is hashed whole.
+// its kind, then each field as a uvarint length and the bytes, hashed with
+// the digest asked for. A text longer than any buffer it might go through
+// is hashed whole.
 func TestOutputDigestFrames(t *testing.T) {
 	long := strings.Repeat("0123456789abcdef", 1000) + "tail"
 	parts := []Part{TextPart(long), DataPart([]byte("xyz")), TextPart("")}
@@ -203,7 +208,10 @@ func TestOutputDigestFrames(t *testing.T) {
 	want = binary.AppendUvarint(want, 3)
 	want = append(want, "xyz"...)
 	want = append(want, byte(PartText), 0)
-	if got := OutputDigest(parts); got != sha256.Sum256(want) {
+	if got := OutputDigest(DigestSHA256, parts); got != sha256.Sum256(want) {
 		t.Fatalf("digest %x, want %x (SHA-256 of the framed parts)", got, sha256.Sum256(want))
+	}
+	if got := OutputDigest(DigestBLAKE3, parts); got != blake3.Sum256(want) {
+		t.Fatalf("digest %x, want %x (BLAKE3 of the framed parts)", got, blake3.Sum256(want))
 	}
 }

@@ -34,6 +34,11 @@ type DelegationOffer struct {
 	// Stored set (see ProvisionalResults). Set it only for a provider that
 	// speaks ProvisionalResults.
 	ProvisionalResult bool
+	// ProofDigest (1.6) is the hash the requester would have the result's
+	// proof made with; the provider uses it or SHA-256, and the proof says
+	// which (ResultProof.Digest). Set it only for a provider that speaks
+	// ProofDigests; an older one ignores it and uses SHA-256.
+	ProofDigest ProofDigest
 }
 
 func (*DelegationOffer) Type() MessageType { return TypeDelegationOffer }
@@ -68,7 +73,7 @@ func (o *DelegationOffer) check() error {
 	if o.ParentID == o.ID {
 		return invalid("parent_id", "a delegation cannot be its own parent")
 	}
-	return nil
+	return checkDigest("proof_digest", o.ProofDigest)
 }
 
 func (o *DelegationOffer) toWire() (*pb.DelegationOffer, error) {
@@ -91,6 +96,7 @@ func (o *DelegationOffer) toWire() (*pb.DelegationOffer, error) {
 		Priority:          o.Priority,
 		MultiTurn:         o.MultiTurn,
 		ProvisionalResult: o.ProvisionalResult,
+		ProofDigest:       digestToWire(o.ProofDigest),
 	}
 	if !o.ParentID.IsZero() {
 		w.ParentId = o.ParentID[:]
@@ -123,6 +129,10 @@ func delegationOfferFromWire(w *pb.DelegationOffer) (*DelegationOffer, error) {
 	if err := checkCount("chain", len(chain), MaxChain); err != nil {
 		return nil, err
 	}
+	alg, err := digestFromWireEnum("proof_digest", w.GetProofDigest())
+	if err != nil {
+		return nil, err
+	}
 	o := &DelegationOffer{
 		ID:                id,
 		Profile:           w.GetProfile(),
@@ -135,6 +145,7 @@ func delegationOfferFromWire(w *pb.DelegationOffer) (*DelegationOffer, error) {
 		ParentID:          parent,
 		MultiTurn:         w.GetMultiTurn(),
 		ProvisionalResult: w.GetProvisionalResult(),
+		ProofDigest:       alg,
 	}
 	if len(chain) > 0 {
 		o.Chain = make([]peer.ID, len(chain))
@@ -211,6 +222,7 @@ func delegationContinueFromWire(w *pb.DelegationOffer) (*DelegationContinue, err
 		{"parent_id", len(w.GetParentId()) != 0},
 		{"multi_turn", w.GetMultiTurn()},
 		{"provisional_result", w.GetProvisionalResult()},
+		{"proof_digest", w.GetProofDigest() != pb.ProofDigest_PROOF_DIGEST_SHA256},
 	} {
 		if f.set {
 			return nil, invalid(f.name, "set on a continuation, which carries only delegation_id, turn and task")

@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"time"
@@ -17,21 +16,25 @@ import (
 // requester verifies it before marking the delegation completed, and anyone
 // holding the record can verify it again later.
 type ResultProof struct {
-	DelegationID     DelegationID
-	Requester        peer.ID
-	Provider         peer.ID  // the signer
-	OfferSHA256      [32]byte // SHA-256 of the offer frame's plaintext
-	TranscriptSHA256 [32]byte // SHA-256 over every frame's plaintext, in order
-	Usage            Usage
-	CompletedAt      time.Time
-	State            State // terminal
+	DelegationID DelegationID
+	Requester    peer.ID
+	Provider     peer.ID // the signer
+	// Digest (1.6) is the hash of OfferHash, TranscriptHash and
+	// OutputHash: SHA-256 unless the offer asked for another
+	// (DelegationOffer.ProofDigest) and the provider agreed.
+	Digest         ProofDigest
+	OfferHash      [32]byte // Digest of the offer frame's plaintext
+	TranscriptHash [32]byte // Digest over every frame's plaintext, in order
+	Usage          Usage
+	CompletedAt    time.Time
+	State          State // terminal
 	// Turns (1.3) is how many turns a multi-turn delegation took; 0 for
 	// one that took one. The transcript then covers every continuation.
 	Turns uint32
-	// OutputSHA256 (1.3) is OutputDigest of the result's output; zero
+	// OutputHash (1.3) is OutputDigest of the result's output; zero
 	// from a provider that speaks no 1.3, whose proofs bind only the
 	// output it streamed (in the transcript).
-	OutputSHA256 [32]byte
+	OutputHash [32]byte
 }
 
 func (p *ResultProof) check() error {
@@ -56,7 +59,7 @@ func (p *ResultProof) check() error {
 	if p.Turns == 1 || p.Turns > MaxTurns {
 		return invalid("turns", "%d; 0 for one turn, else 2..%d", p.Turns, MaxTurns)
 	}
-	return nil
+	return checkDigest("digest", p.Digest)
 }
 
 func (p *ResultProof) toWire() (*pb.ResultProof, error) {
@@ -67,13 +70,14 @@ func (p *ResultProof) toWire() (*pb.ResultProof, error) {
 		DelegationId:      p.DelegationID[:],
 		Requester:         []byte(p.Requester),
 		Provider:          []byte(p.Provider),
-		OfferSha256:       p.OfferSHA256[:],
-		TranscriptSha256:  p.TranscriptSHA256[:],
+		OfferSha256:       p.OfferHash[:],
+		TranscriptSha256:  p.TranscriptHash[:],
 		Usage:             usageToWire(p.Usage),
 		CompletedAtUnixMs: timeToWire(p.CompletedAt),
 		State:             stateToWire(p.State),
 		Turns:             p.Turns,
-		OutputSha256:      optionalDigest(p.OutputSHA256),
+		OutputSha256:      optionalDigest(p.OutputHash),
+		Digest:            digestToWire(p.Digest),
 	}, nil
 }
 
@@ -102,6 +106,10 @@ func resultProofFromWire(w *pb.ResultProof) (*ResultProof, error) {
 	if err != nil {
 		return nil, err
 	}
+	alg, err := digestFromWireEnum("digest", w.GetDigest())
+	if err != nil {
+		return nil, err
+	}
 	var output [32]byte
 	if b := w.GetOutputSha256(); len(b) > 0 {
 		if output, err = digestFromWire("output_sha256", b); err != nil {
@@ -109,16 +117,17 @@ func resultProofFromWire(w *pb.ResultProof) (*ResultProof, error) {
 		}
 	}
 	p := &ResultProof{
-		DelegationID:     id,
-		Requester:        requester,
-		Provider:         provider,
-		OfferSHA256:      offer,
-		TranscriptSHA256: transcript,
-		Usage:            usageFromWire(w.GetUsage()),
-		CompletedAt:      timeFromWire(w.GetCompletedAtUnixMs()),
-		State:            state,
-		Turns:            w.GetTurns(),
-		OutputSHA256:     output,
+		DelegationID:   id,
+		Requester:      requester,
+		Provider:       provider,
+		Digest:         alg,
+		OfferHash:      offer,
+		TranscriptHash: transcript,
+		Usage:          usageFromWire(w.GetUsage()),
+		CompletedAt:    timeFromWire(w.GetCompletedAtUnixMs()),
+		State:          state,
+		Turns:          w.GetTurns(),
+		OutputHash:     output,
 	}
 	return p, p.check()
 }
@@ -132,12 +141,13 @@ func optionalDigest(d [32]byte) []byte {
 }
 
 // OutputDigest is what a 1.3 result proof signs of a result's output:
-// SHA-256 over every part in order, each framed as its kind and then its
-// fields, every field length-prefixed (uvarint), so that no two different
-// outputs frame the same. It is computed from the parts, not from their
-// encoding, so both sides reach it from what they hold.
-func OutputDigest(parts []Part) [32]byte {
-	h := sha256.New()
+// the digest d (SHA-256 before 1.6) over every part in order, each framed
+// as its kind and then its fields, every field length-prefixed (uvarint),
+// so that no two different outputs frame the same. It is computed from
+// the parts, not from their encoding, so both sides reach it from what
+// they hold.
+func OutputDigest(d ProofDigest, parts []Part) [32]byte {
+	h := d.New()
 	var n [binary.MaxVarintLen64]byte
 	field := func(b []byte) {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])

@@ -3,18 +3,16 @@ package protocol
 import (
 	"errors"
 	"reflect"
-	"slices"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kithmesh/kith/protocol/pb"
 )
 
 // Provisional results (1.5): the offer's flag and the stored confirmation,
-// pinned by golden vectors; the confirmation's rules; and the scan that
-// reads the flag from a stored offer.
+// pinned by golden vectors, and the confirmation's rules. The scan that
+// reads the flag from a stored offer: offerscan_test.go.
 
 func fixtureProvisional(tb testing.TB) []struct {
 	name string
@@ -108,87 +106,4 @@ func TestStoredRules(t *testing.T) {
 	if m, err := DecodeMessage(b); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("a continuation asking for provisional results decoded: %+v (err %v)", m, err)
 	}
-}
-
-// TestOfferAsksProvisional: the scan agrees with DecodeMessage on offers
-// with and without the flag, large ones, and encodings protobuf merges
-// (the offer or the flag given twice, the last one winning; the offer
-// replaced by another member of the oneof).
-func TestOfferAsksProvisional(t *testing.T) {
-	offer := fixtureMessages(t)[TypeDelegationOffer-1].(*DelegationOffer)
-	enc := func(o *DelegationOffer) []byte {
-		b, err := EncodeMessage(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	plain := enc(offer)
-	asking := *offer
-	asking.ProvisionalResult = true
-	large := asking
-	large.Task = Task{Role: "user", Parts: []Part{TextPart(string(make([]byte, 3<<20)))}}
-	flagOff := protowire.AppendVarint(protowire.AppendTag(nil, offerProvisionalField, protowire.VarintType), 0)
-	wrap := func(body []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(nil, messageOfferField, protowire.BytesType), body)
-	}
-	status, err := EncodeMessage(&DelegationStatus{ID: fixtureDelegation, State: StateRunning, Seq: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := map[string][]byte{
-		"plain":                 plain,
-		"asking":                enc(&asking),
-		"large, asking":         enc(&large),
-		"flag then cleared":     append(enc(&asking), wrap(flagOff)...),
-		"offer merged, flagged": append(slices.Clone(plain), enc(&asking)...),
-		"replaced by a status":  append(enc(&asking), status...),
-	}
-	for name, b := range cases {
-		t.Run(name, func(t *testing.T) {
-			m, err := DecodeMessage(b)
-			if err != nil {
-				t.Fatalf("the case does not decode: %v", err)
-			}
-			want := false // not an offer
-			if o, ok := m.(*DelegationOffer); ok {
-				want = o.ProvisionalResult
-			}
-			if got := OfferAsksProvisional(b); got != want {
-				t.Fatalf("OfferAsksProvisional = %v, DecodeMessage says %v", got, want)
-			}
-		})
-	}
-	if !OfferAsksProvisional(enc(&large)) || OfferAsksProvisional(plain) {
-		t.Fatal("the scan does not read the flag")
-	}
-}
-
-// FuzzOfferAsksProvisional: on any input DecodeMessage decodes as an
-// offer, the scan reports that offer's flag; on any input, it does not
-// panic.
-func FuzzOfferAsksProvisional(f *testing.F) {
-	for _, v := range fixtureProvisional(f) {
-		b, err := EncodeMessage(v.m)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	for _, b := range messageSeeds(f) {
-		f.Add(b)
-	}
-	for _, s := range edgeSeeds {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got := OfferAsksProvisional(b)
-		m, err := DecodeMessage(b)
-		if err != nil {
-			return
-		}
-		if o, ok := m.(*DelegationOffer); ok && got != o.ProvisionalResult {
-			t.Fatalf("OfferAsksProvisional = %v, the decoded offer says %v", got, o.ProvisionalResult)
-		}
-	})
 }

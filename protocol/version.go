@@ -36,7 +36,9 @@ type Version struct {
 //	1.5  provisional results: a provider may send a result before its
 //	     record of it is durable, and confirms it once it is; see
 //	     ProvisionalResults
-var Supported = []Version{{1, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}}
+//	1.6  proof digests: a requester may ask for a result proof made with
+//	     BLAKE3 instead of SHA-256; see ProofDigests
+var Supported = []Version{{1, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}, {1, 6}}
 
 // MultiTurn is the version that brings multi-turn delegations. A requester
 // marks an offer multi_turn, and sends continuations, only to a provider
@@ -58,6 +60,13 @@ var StreamReuse = Version{1, 4}
 // the confirmation. A requester asks only a provider whose capability
 // assertion lists it.
 var ProvisionalResults = Version{1, 5}
+
+// ProofDigests is the version from which a requester may name, in its
+// offer (DelegationOffer.ProofDigest), the hash it would have the result's
+// proof made with, and a provider names the one it used in the proof
+// (ResultProof.Digest): the requester's choice or SHA-256. A requester
+// asks only a provider whose capability assertion lists it.
+var ProofDigests = Version{1, 6}
 
 // Speaks reports whether a peer that lists vs speaks v (a listed version
 // of the same major and at least v's minor implies it).

@@ -11,7 +11,7 @@ func TestProtocolID(t *testing.T) {
 	if ID != protocol.ID("/kith/delegate/1.0.0") {
 		t.Fatalf("ID = %q", ID)
 	}
-	if len(Supported) == 0 || Supported[len(Supported)-1] != ProvisionalResults || !Speaks(Supported, MultiTurn) {
+	if len(Supported) == 0 || Supported[len(Supported)-1] != ProofDigests || !Speaks(Supported, MultiTurn) || !Speaks(Supported, ProvisionalResults) {
 		t.Fatalf("Supported = %v", Supported)
 	}
 }

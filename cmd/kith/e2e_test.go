@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/kithmesh/kith/node/api"
+	"github.com/kithmesh/kith/protocol"
 )
 
 // pair starts two daemons, requester a and provider b (b with
@@ -84,6 +85,9 @@ func mustVerify(t *testing.T, n *testNode, id string, provider *testNode, state 
 		"valid: signed by " + provider.id + "\n",
 		"requester  " + n.id + "\n",
 		"state      " + state + "\n",
+		// Both nodes run on this machine: the proof is made with the
+		// digest it hashes fastest (protocol 1.6), and says which.
+		"offer      " + protocol.FastestDigest().String() + ":",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("tasks verify output lacks %q; %v", want, r)

@@ -88,9 +88,9 @@ func tasksCmd() *cobra.Command {
 				fmt.Fprintf(out, "INVALID: %s\n", p.Error)
 				return exitError{1}
 			}
-			fmt.Fprintf(out, "valid: signed by %s\n  requester  %s\n  state      %s\n  tokens     prompt=%d completion=%d total=%d\n  offer      sha256:%s\n  transcript sha256:%s\n  completed  %s\n",
+			fmt.Fprintf(out, "valid: signed by %s\n  requester  %s\n  state      %s\n  tokens     prompt=%d completion=%d total=%d\n  offer      %s:%s\n  transcript %s:%s\n  completed  %s\n",
 				p.Provider, p.Requester, p.State, p.Usage.Prompt, p.Usage.Completion, p.Usage.Total,
-				p.OfferSHA256, p.Transcript, p.CompletedAt.Format(time.RFC3339Nano))
+				p.Digest, p.OfferDigest, p.Digest, p.TranscriptDigest, p.CompletedAt.Format(time.RFC3339Nano))
 			if p.Turns > 1 {
 				fmt.Fprintf(out, "  turns      %d (the transcript covers every answer)\n", p.Turns)
 			}

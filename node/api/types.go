@@ -171,12 +171,19 @@ type Event struct {
 
 // Proof is GET /delegations/{id}/verify.
 type Proof struct {
-	Valid       bool      `json:"valid"`
-	Error       string    `json:"error,omitempty"`
-	Provider    string    `json:"provider,omitempty"`
-	Requester   string    `json:"requester,omitempty"`
-	State       State     `json:"state,omitzero"`
-	Usage       Usage     `json:"usage"`
+	Valid     bool   `json:"valid"`
+	Error     string `json:"error,omitempty"`
+	Provider  string `json:"provider,omitempty"`
+	Requester string `json:"requester,omitempty"`
+	State     State  `json:"state,omitzero"`
+	Usage     Usage  `json:"usage"`
+	// Digest names the hash of the two digests after it: "sha256", or
+	// "blake3" for a proof made with BLAKE3 (protocol 1.6).
+	Digest           string `json:"digest,omitempty"`
+	OfferDigest      string `json:"offer_digest,omitempty"`      // hex
+	TranscriptDigest string `json:"transcript_digest,omitempty"` // hex
+	// OfferSHA256 and Transcript are OfferDigest and TranscriptDigest
+	// again when Digest is "sha256", as before there was a choice.
 	OfferSHA256 string    `json:"offer_sha256,omitempty"`
 	Transcript  string    `json:"transcript_sha256,omitempty"`
 	CompletedAt time.Time `json:"completed_at,omitzero"`

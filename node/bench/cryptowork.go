@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"slices"
 	"time"
@@ -12,15 +11,18 @@ import (
 
 // CryptoWork is the cryptography a delegation's protocol does over its
 // payload, beyond what a bare stream's TLS does over the same bytes, timed
-// on one core: the proof's SHA-256 of the offer and of the output, each
+// on one core: the proof's digest of the offer and of the output (the
+// digest two nodes on this machine agree on, protocol.FastestDigest), each
 // computed by both sides (four passes), and the envelope's seal and open
 // of the task and of the result (two passes each way). None of it can go:
 // the hashes are what the signed proof binds, and the envelope is what
 // keeps a payload sealed end to end, whatever relays it. A large
 // delegation needs at least this much CPU beside its bare copy's.
 type CryptoWork struct {
-	// Hashes is the four SHA-256 passes, the median of cryptoWorkRuns.
+	// Hashes is the four passes, the median of cryptoWorkRuns.
 	Hashes time.Duration `json:"hashes_ns"`
+	// Digest names the hash of those passes ("blake3", "sha256").
+	Digest string `json:"digest"`
 	// Envelope is sealing and opening the payload twice, at the rate an
 	// envelope session stream seals and opens chunk frames on this CPU.
 	Envelope time.Duration `json:"envelope_ns"`
@@ -38,17 +40,18 @@ const cryptoWorkRuns = 5
 // envelope takes to seal and open n bytes.
 func measureCryptoWork(text []byte, envelopeFor func(n int) time.Duration) CryptoWork {
 	out := []protocol.Part{protocol.TextPart(string(text))}
+	alg := protocol.FastestDigest()
 	runs := make([]time.Duration, 0, cryptoWorkRuns)
 	for range cryptoWorkRuns {
 		t0 := time.Now()
 		for range 2 { // the requester's and the provider's
-			_ = sha256.Sum256(text)
-			_ = protocol.OutputDigest(out)
+			_ = alg.Sum(text)
+			_ = protocol.OutputDigest(alg, out)
 		}
 		runs = append(runs, time.Since(t0))
 	}
 	slices.Sort(runs)
-	return CryptoWork{Hashes: runs[len(runs)/2], Envelope: 2 * envelopeFor(len(text))}
+	return CryptoWork{Hashes: runs[len(runs)/2], Digest: alg.String(), Envelope: 2 * envelopeFor(len(text))}
 }
 
 // envelopeRate measures how fast an envelope session stream seals and

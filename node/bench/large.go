@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kithmesh/kith/delegation/executor"
+	"github.com/kithmesh/kith/protocol"
 	"github.com/kithmesh/kith/store"
 )
 
@@ -395,8 +396,9 @@ func writeLarge(w io.Writer, r Report) error {
 			"as a durable store makes a value under %s durable, in its commit log's record\n",
 			durableWrites, durableWrites, durableWrites, fmtBytes(store.FileValueMin))
 	}
-	fmt.Fprintln(w, "proof hashes + envelope: the SHA-256 of the payload four times (offer and output, on each side) and the envelope's seal and\n"+
-		"open of it twice (task and result), on one core: the cryptography a delegation adds to the bare copy's TLS")
+	fmt.Fprintf(w, "proof hashes + envelope: the payload's %s four times (offer and output, on each side: the proof digest two nodes\n"+
+		"here agree on) and the envelope's seal and open of it twice (task and result), on one core: the cryptography a delegation adds\n"+
+		"to the bare copy's TLS\n", protocol.FastestDigest())
 	if files || appends {
 		fmt.Fprintf(w, "each: what a durable delegation stores, task and result on each side; durable floor: store-and-forward copy p50 + %d/%d of the\n"+
 			"faster synced writes' (or the appends') p50, the requester's write of the result, which lies on the delegation's critical path (the\n"+

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"time"
 
@@ -33,11 +32,12 @@ func measureProof(n int) (ProofCost, error) {
 	if err != nil {
 		return ProofCost{}, fmt.Errorf("bench: proof probe: %w", err)
 	}
+	alg := protocol.FastestDigest()
 	p := protocol.ResultProof{
 		DelegationID: protocol.NewDelegationID(), Requester: requester.PeerID(), Provider: provider.PeerID(),
-		OfferSHA256: sha256.Sum256([]byte("offer")), TranscriptSHA256: sha256.Sum256([]byte("transcript")),
+		Digest: alg, OfferHash: alg.Sum([]byte("offer")), TranscriptHash: alg.Sum([]byte("transcript")),
 		Usage: protocol.Usage{Prompt: 16, Completion: 16, Total: 32}, State: protocol.StateCompleted,
-		OutputSHA256: protocol.OutputDigest([]protocol.Part{protocol.TextPart("output")}),
+		OutputHash: protocol.OutputDigest(alg, []protocol.Part{protocol.TextPart("output")}),
 	}
 	signs, verifies := make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	for range n {

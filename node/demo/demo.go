@@ -123,8 +123,8 @@ func Run(ctx context.Context, w io.Writer, text string) error {
 	if err != nil {
 		return fmt.Errorf("result proof: %w", err)
 	}
-	fmt.Fprintf(w, "proof: valid, signed by bob\n  offer      sha256:%s\n  transcript sha256:%s\n  tokens     %d prompt, %d completion\n",
-		hex.EncodeToString(p.OfferSHA256[:]), hex.EncodeToString(p.TranscriptSHA256[:]), p.Usage.Prompt, p.Usage.Completion)
+	fmt.Fprintf(w, "proof: valid, signed by bob\n  offer      %s:%s\n  transcript %s:%s\n  tokens     %d prompt, %d completion\n",
+		p.Digest, hex.EncodeToString(p.OfferHash[:]), p.Digest, hex.EncodeToString(p.TranscriptHash[:]), p.Usage.Prompt, p.Usage.Completion)
 	if d.State != protocol.StateCompleted {
 		return fmt.Errorf("delegation ended %s: %s", d.State, d.Reason)
 	}

@@ -248,6 +248,53 @@ func (RejectReason) EnumDescriptor() ([]byte, []int) {
 	return file_kith_proto_rawDescGZIP(), []int{2}
 }
 
+// ProofDigest (1.6) is a hash a result proof's digests are made with.
+type ProofDigest int32
+
+const (
+	ProofDigest_PROOF_DIGEST_SHA256 ProofDigest = 0 // SHA-256 (FIPS 180-4); every version
+	ProofDigest_PROOF_DIGEST_BLAKE3 ProofDigest = 1 // BLAKE3, 32-byte output, unkeyed
+)
+
+// Enum value maps for ProofDigest.
+var (
+	ProofDigest_name = map[int32]string{
+		0: "PROOF_DIGEST_SHA256",
+		1: "PROOF_DIGEST_BLAKE3",
+	}
+	ProofDigest_value = map[string]int32{
+		"PROOF_DIGEST_SHA256": 0,
+		"PROOF_DIGEST_BLAKE3": 1,
+	}
+)
+
+func (x ProofDigest) Enum() *ProofDigest {
+	p := new(ProofDigest)
+	*p = x
+	return p
+}
+
+func (x ProofDigest) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProofDigest) Descriptor() protoreflect.EnumDescriptor {
+	return file_kith_proto_enumTypes[3].Descriptor()
+}
+
+func (ProofDigest) Type() protoreflect.EnumType {
+	return &file_kith_proto_enumTypes[3]
+}
+
+func (x ProofDigest) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProofDigest.Descriptor instead.
+func (ProofDigest) EnumDescriptor() ([]byte, []int) {
+	return file_kith_proto_rawDescGZIP(), []int{3}
+}
+
 // EnvelopeHeader opens every stream, in the clear. Its encoded bytes are the
 // AAD of every sealed frame on the stream and are what Hello.signature signs.
 type EnvelopeHeader struct {
@@ -1060,8 +1107,13 @@ type DelegationOffer struct {
 	// follows every result on this delegation's streams with that status
 	// when, and only when, the offer asks for it.
 	ProvisionalResult bool `protobuf:"varint,13,opt,name=provisional_result,json=provisionalResult,proto3" json:"provisional_result,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Proof digests (1.6): the hash the requester would have the result's
+	// proof made with. A provider uses it, or SHA-256, and names the one it
+	// used in the proof (ResultProof.digest); a requester asks only for a
+	// hash it can check. Older providers ignore it and use SHA-256.
+	ProofDigest   ProofDigest `protobuf:"varint,14,opt,name=proof_digest,json=proofDigest,proto3,enum=kith.v1.ProofDigest" json:"proof_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DelegationOffer) Reset() {
@@ -1183,6 +1235,13 @@ func (x *DelegationOffer) GetProvisionalResult() bool {
 		return x.ProvisionalResult
 	}
 	return false
+}
+
+func (x *DelegationOffer) GetProofDigest() ProofDigest {
+	if x != nil {
+		return x.ProofDigest
+	}
+	return ProofDigest_PROOF_DIGEST_SHA256
 }
 
 // Task is shaped like an A2A message.
@@ -1954,25 +2013,31 @@ func (x *Usage) GetTotal() uint64 {
 // ResultProof is what a provider signs about a finished delegation; anyone
 // holding the record can check it later.
 type ResultProof struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	DelegationId      []byte                 `protobuf:"bytes,1,opt,name=delegation_id,json=delegationId,proto3" json:"delegation_id,omitempty"`
-	Requester         []byte                 `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"`                                       // peer ID
-	Provider          []byte                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`                                         // peer ID, the signer
-	OfferSha256       []byte                 `protobuf:"bytes,4,opt,name=offer_sha256,json=offerSha256,proto3" json:"offer_sha256,omitempty"`                // SHA-256 of the offer frame's plaintext
-	TranscriptSha256  []byte                 `protobuf:"bytes,5,opt,name=transcript_sha256,json=transcriptSha256,proto3" json:"transcript_sha256,omitempty"` // SHA-256 over every frame's plaintext, in order
-	Usage             *Usage                 `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
-	CompletedAtUnixMs int64                  `protobuf:"varint,7,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
-	State             State                  `protobuf:"varint,8,opt,name=state,proto3,enum=kith.v1.State" json:"state,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	DelegationId []byte                 `protobuf:"bytes,1,opt,name=delegation_id,json=delegationId,proto3" json:"delegation_id,omitempty"`
+	Requester    []byte                 `protobuf:"bytes,2,opt,name=requester,proto3" json:"requester,omitempty"` // peer ID
+	Provider     []byte                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`   // peer ID, the signer
+	// The three digests below are made with digest (1.6): SHA-256 unless
+	// it says otherwise. Their names are from before 1.6.
+	OfferSha256       []byte `protobuf:"bytes,4,opt,name=offer_sha256,json=offerSha256,proto3" json:"offer_sha256,omitempty"`                // digest of the offer frame's plaintext
+	TranscriptSha256  []byte `protobuf:"bytes,5,opt,name=transcript_sha256,json=transcriptSha256,proto3" json:"transcript_sha256,omitempty"` // digest over every frame's plaintext, in order
+	Usage             *Usage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
+	CompletedAtUnixMs int64  `protobuf:"varint,7,opt,name=completed_at_unix_ms,json=completedAtUnixMs,proto3" json:"completed_at_unix_ms,omitempty"`
+	State             State  `protobuf:"varint,8,opt,name=state,proto3,enum=kith.v1.State" json:"state,omitempty"`
 	// turns (1.3) is how many turns a multi-turn delegation took, set when
 	// more than one. transcript_sha256 then covers each continuation's
 	// plaintext too, in the order the provider logged it (after the
 	// input_required status it answers).
 	Turns uint32 `protobuf:"varint,9,opt,name=turns,proto3" json:"turns,omitempty"`
-	// output_sha256 (1.3) binds the result's output to the proof: SHA-256 of
-	// the output parts as protocol.OutputDigest frames them. A provider that
+	// output_sha256 (1.3) binds the result's output to the proof: the digest
+	// of the output parts as protocol.OutputDigest frames them. A provider that
 	// speaks 1.3 always sets it; absent (older providers), the output is
 	// covered only where it was streamed in statuses (the transcript).
-	OutputSha256  []byte `protobuf:"bytes,10,opt,name=output_sha256,json=outputSha256,proto3" json:"output_sha256,omitempty"`
+	OutputSha256 []byte `protobuf:"bytes,10,opt,name=output_sha256,json=outputSha256,proto3" json:"output_sha256,omitempty"`
+	// digest (1.6) names the hash of offer_sha256, transcript_sha256 and
+	// output_sha256, and is signed with them. A provider sets it to what the
+	// offer's proof_digest asked for, or leaves it SHA-256.
+	Digest        ProofDigest `protobuf:"varint,11,opt,name=digest,proto3,enum=kith.v1.ProofDigest" json:"digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2075,6 +2140,13 @@ func (x *ResultProof) GetOutputSha256() []byte {
 		return x.OutputSha256
 	}
 	return nil
+}
+
+func (x *ResultProof) GetDigest() ProofDigest {
+	if x != nil {
+		return x.Digest
+	}
+	return ProofDigest_PROOF_DIGEST_SHA256
 }
 
 // Chunk (1.1) is a piece of one encoded Message that is larger than a
@@ -2250,7 +2322,7 @@ const file_kith_proto_rawDesc = "" +
 	"\bCapacity\x12\x16\n" +
 	"\x06active\x18\x01 \x01(\rR\x06active\x12\x1d\n" +
 	"\n" +
-	"free_slots\x18\x02 \x01(\rR\tfreeSlots\"\xa4\x03\n" +
+	"free_slots\x18\x02 \x01(\rR\tfreeSlots\"\xdd\x03\n" +
 	"\x0fDelegationOffer\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12!\n" +
@@ -2268,7 +2340,8 @@ const file_kith_proto_rawDesc = "" +
 	"\n" +
 	"multi_turn\x18\v \x01(\bR\tmultiTurn\x12\x12\n" +
 	"\x04turn\x18\f \x01(\rR\x04turn\x12-\n" +
-	"\x12provisional_result\x18\r \x01(\bR\x11provisionalResult\"?\n" +
+	"\x12provisional_result\x18\r \x01(\bR\x11provisionalResult\x127\n" +
+	"\fproof_digest\x18\x0e \x01(\x0e2\x14.kith.v1.ProofDigestR\vproofDigest\"?\n" +
 	"\x04Task\x12#\n" +
 	"\x05parts\x18\x01 \x03(\v2\r.kith.v1.PartR\x05parts\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\"\x89\x01\n" +
@@ -2324,7 +2397,7 @@ const file_kith_proto_rawDesc = "" +
 	"\n" +
 	"completion\x18\x02 \x01(\x04R\n" +
 	"completion\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\x04R\x05total\"\xf4\x02\n" +
+	"\x05total\x18\x03 \x01(\x04R\x05total\"\xa2\x03\n" +
 	"\vResultProof\x12#\n" +
 	"\rdelegation_id\x18\x01 \x01(\fR\fdelegationId\x12\x1c\n" +
 	"\trequester\x18\x02 \x01(\fR\trequester\x12\x1a\n" +
@@ -2336,7 +2409,8 @@ const file_kith_proto_rawDesc = "" +
 	"\x05state\x18\b \x01(\x0e2\x0e.kith.v1.StateR\x05state\x12\x14\n" +
 	"\x05turns\x18\t \x01(\rR\x05turns\x12#\n" +
 	"\routput_sha256\x18\n" +
-	" \x01(\fR\foutputSha256\":\n" +
+	" \x01(\fR\foutputSha256\x12,\n" +
+	"\x06digest\x18\v \x01(\x0e2\x14.kith.v1.ProofDigestR\x06digest\":\n" +
 	"\x05Chunk\x12\x1d\n" +
 	"\n" +
 	"total_size\x18\x01 \x01(\x04R\ttotalSize\x12\x12\n" +
@@ -2378,7 +2452,10 @@ const file_kith_proto_rawDesc = "" +
 	"\x1fREJECT_REASON_PAYLOAD_TOO_LARGE\x10\v\x12\x1d\n" +
 	"\x19REJECT_REASON_NOT_WAITING\x10\f\x12#\n" +
 	"\x1fREJECT_REASON_TURN_OUT_OF_ORDER\x10\r\x12$\n" +
-	" REJECT_REASON_UNKNOWN_DELEGATION\x10\x0eB)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
+	" REJECT_REASON_UNKNOWN_DELEGATION\x10\x0e*?\n" +
+	"\vProofDigest\x12\x17\n" +
+	"\x13PROOF_DIGEST_SHA256\x10\x00\x12\x17\n" +
+	"\x13PROOF_DIGEST_BLAKE3\x10\x01B)Z'github.com/kithmesh/kith/protocol/pb;pbb\x06proto3"
 
 var (
 	file_kith_proto_rawDescOnce sync.Once
@@ -2392,72 +2469,75 @@ func file_kith_proto_rawDescGZIP() []byte {
 	return file_kith_proto_rawDescData
 }
 
-var file_kith_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_kith_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_kith_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_kith_proto_goTypes = []any{
 	(TrustLevel)(0),             // 0: kith.v1.TrustLevel
 	(State)(0),                  // 1: kith.v1.State
 	(RejectReason)(0),           // 2: kith.v1.RejectReason
-	(*EnvelopeHeader)(nil),      // 3: kith.v1.EnvelopeHeader
-	(*Hello)(nil),               // 4: kith.v1.Hello
-	(*Message)(nil),             // 5: kith.v1.Message
-	(*SignedAssertion)(nil),     // 6: kith.v1.SignedAssertion
-	(*CapabilityQuery)(nil),     // 7: kith.v1.CapabilityQuery
-	(*CapabilityResponse)(nil),  // 8: kith.v1.CapabilityResponse
-	(*CapabilityAssertion)(nil), // 9: kith.v1.CapabilityAssertion
-	(*Profile)(nil),             // 10: kith.v1.Profile
-	(*Capacity)(nil),            // 11: kith.v1.Capacity
-	(*DelegationOffer)(nil),     // 12: kith.v1.DelegationOffer
-	(*Task)(nil),                // 13: kith.v1.Task
-	(*Part)(nil),                // 14: kith.v1.Part
-	(*TextPart)(nil),            // 15: kith.v1.TextPart
-	(*DataPart)(nil),            // 16: kith.v1.DataPart
-	(*FilePart)(nil),            // 17: kith.v1.FilePart
-	(*DelegationAccept)(nil),    // 18: kith.v1.DelegationAccept
-	(*Lease)(nil),               // 19: kith.v1.Lease
-	(*DelegationReject)(nil),    // 20: kith.v1.DelegationReject
-	(*DelegationStatus)(nil),    // 21: kith.v1.DelegationStatus
-	(*DelegationResult)(nil),    // 22: kith.v1.DelegationResult
-	(*Usage)(nil),               // 23: kith.v1.Usage
-	(*ResultProof)(nil),         // 24: kith.v1.ResultProof
-	(*Chunk)(nil),               // 25: kith.v1.Chunk
-	(*DelegationCancel)(nil),    // 26: kith.v1.DelegationCancel
+	(ProofDigest)(0),            // 3: kith.v1.ProofDigest
+	(*EnvelopeHeader)(nil),      // 4: kith.v1.EnvelopeHeader
+	(*Hello)(nil),               // 5: kith.v1.Hello
+	(*Message)(nil),             // 6: kith.v1.Message
+	(*SignedAssertion)(nil),     // 7: kith.v1.SignedAssertion
+	(*CapabilityQuery)(nil),     // 8: kith.v1.CapabilityQuery
+	(*CapabilityResponse)(nil),  // 9: kith.v1.CapabilityResponse
+	(*CapabilityAssertion)(nil), // 10: kith.v1.CapabilityAssertion
+	(*Profile)(nil),             // 11: kith.v1.Profile
+	(*Capacity)(nil),            // 12: kith.v1.Capacity
+	(*DelegationOffer)(nil),     // 13: kith.v1.DelegationOffer
+	(*Task)(nil),                // 14: kith.v1.Task
+	(*Part)(nil),                // 15: kith.v1.Part
+	(*TextPart)(nil),            // 16: kith.v1.TextPart
+	(*DataPart)(nil),            // 17: kith.v1.DataPart
+	(*FilePart)(nil),            // 18: kith.v1.FilePart
+	(*DelegationAccept)(nil),    // 19: kith.v1.DelegationAccept
+	(*Lease)(nil),               // 20: kith.v1.Lease
+	(*DelegationReject)(nil),    // 21: kith.v1.DelegationReject
+	(*DelegationStatus)(nil),    // 22: kith.v1.DelegationStatus
+	(*DelegationResult)(nil),    // 23: kith.v1.DelegationResult
+	(*Usage)(nil),               // 24: kith.v1.Usage
+	(*ResultProof)(nil),         // 25: kith.v1.ResultProof
+	(*Chunk)(nil),               // 26: kith.v1.Chunk
+	(*DelegationCancel)(nil),    // 27: kith.v1.DelegationCancel
 }
 var file_kith_proto_depIdxs = []int32{
-	7,  // 0: kith.v1.Message.capability_query:type_name -> kith.v1.CapabilityQuery
-	8,  // 1: kith.v1.Message.capability_response:type_name -> kith.v1.CapabilityResponse
-	12, // 2: kith.v1.Message.delegation_offer:type_name -> kith.v1.DelegationOffer
-	18, // 3: kith.v1.Message.delegation_accept:type_name -> kith.v1.DelegationAccept
-	20, // 4: kith.v1.Message.delegation_reject:type_name -> kith.v1.DelegationReject
-	21, // 5: kith.v1.Message.delegation_status:type_name -> kith.v1.DelegationStatus
-	22, // 6: kith.v1.Message.delegation_result:type_name -> kith.v1.DelegationResult
-	26, // 7: kith.v1.Message.delegation_cancel:type_name -> kith.v1.DelegationCancel
-	25, // 8: kith.v1.Message.chunk:type_name -> kith.v1.Chunk
-	6,  // 9: kith.v1.CapabilityResponse.assertion:type_name -> kith.v1.SignedAssertion
-	10, // 10: kith.v1.CapabilityAssertion.profiles:type_name -> kith.v1.Profile
-	11, // 11: kith.v1.CapabilityAssertion.capacity:type_name -> kith.v1.Capacity
+	8,  // 0: kith.v1.Message.capability_query:type_name -> kith.v1.CapabilityQuery
+	9,  // 1: kith.v1.Message.capability_response:type_name -> kith.v1.CapabilityResponse
+	13, // 2: kith.v1.Message.delegation_offer:type_name -> kith.v1.DelegationOffer
+	19, // 3: kith.v1.Message.delegation_accept:type_name -> kith.v1.DelegationAccept
+	21, // 4: kith.v1.Message.delegation_reject:type_name -> kith.v1.DelegationReject
+	22, // 5: kith.v1.Message.delegation_status:type_name -> kith.v1.DelegationStatus
+	23, // 6: kith.v1.Message.delegation_result:type_name -> kith.v1.DelegationResult
+	27, // 7: kith.v1.Message.delegation_cancel:type_name -> kith.v1.DelegationCancel
+	26, // 8: kith.v1.Message.chunk:type_name -> kith.v1.Chunk
+	7,  // 9: kith.v1.CapabilityResponse.assertion:type_name -> kith.v1.SignedAssertion
+	11, // 10: kith.v1.CapabilityAssertion.profiles:type_name -> kith.v1.Profile
+	12, // 11: kith.v1.CapabilityAssertion.capacity:type_name -> kith.v1.Capacity
 	0,  // 12: kith.v1.CapabilityAssertion.granted_trust:type_name -> kith.v1.TrustLevel
-	13, // 13: kith.v1.DelegationOffer.task:type_name -> kith.v1.Task
-	14, // 14: kith.v1.Task.parts:type_name -> kith.v1.Part
-	15, // 15: kith.v1.Part.text:type_name -> kith.v1.TextPart
-	16, // 16: kith.v1.Part.data:type_name -> kith.v1.DataPart
-	17, // 17: kith.v1.Part.file:type_name -> kith.v1.FilePart
-	19, // 18: kith.v1.DelegationAccept.lease:type_name -> kith.v1.Lease
-	2,  // 19: kith.v1.DelegationReject.reason:type_name -> kith.v1.RejectReason
-	1,  // 20: kith.v1.DelegationStatus.state:type_name -> kith.v1.State
-	14, // 21: kith.v1.DelegationStatus.partial:type_name -> kith.v1.Part
-	23, // 22: kith.v1.DelegationStatus.usage:type_name -> kith.v1.Usage
-	1,  // 23: kith.v1.DelegationResult.state:type_name -> kith.v1.State
-	14, // 24: kith.v1.DelegationResult.output:type_name -> kith.v1.Part
-	23, // 25: kith.v1.DelegationResult.usage:type_name -> kith.v1.Usage
-	6,  // 26: kith.v1.DelegationResult.proof:type_name -> kith.v1.SignedAssertion
-	23, // 27: kith.v1.ResultProof.usage:type_name -> kith.v1.Usage
-	1,  // 28: kith.v1.ResultProof.state:type_name -> kith.v1.State
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	14, // 13: kith.v1.DelegationOffer.task:type_name -> kith.v1.Task
+	3,  // 14: kith.v1.DelegationOffer.proof_digest:type_name -> kith.v1.ProofDigest
+	15, // 15: kith.v1.Task.parts:type_name -> kith.v1.Part
+	16, // 16: kith.v1.Part.text:type_name -> kith.v1.TextPart
+	17, // 17: kith.v1.Part.data:type_name -> kith.v1.DataPart
+	18, // 18: kith.v1.Part.file:type_name -> kith.v1.FilePart
+	20, // 19: kith.v1.DelegationAccept.lease:type_name -> kith.v1.Lease
+	2,  // 20: kith.v1.DelegationReject.reason:type_name -> kith.v1.RejectReason
+	1,  // 21: kith.v1.DelegationStatus.state:type_name -> kith.v1.State
+	15, // 22: kith.v1.DelegationStatus.partial:type_name -> kith.v1.Part
+	24, // 23: kith.v1.DelegationStatus.usage:type_name -> kith.v1.Usage
+	1,  // 24: kith.v1.DelegationResult.state:type_name -> kith.v1.State
+	15, // 25: kith.v1.DelegationResult.output:type_name -> kith.v1.Part
+	24, // 26: kith.v1.DelegationResult.usage:type_name -> kith.v1.Usage
+	7,  // 27: kith.v1.DelegationResult.proof:type_name -> kith.v1.SignedAssertion
+	24, // 28: kith.v1.ResultProof.usage:type_name -> kith.v1.Usage
+	1,  // 29: kith.v1.ResultProof.state:type_name -> kith.v1.State
+	3,  // 30: kith.v1.ResultProof.digest:type_name -> kith.v1.ProofDigest
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_kith_proto_init() }
@@ -2486,7 +2566,7 @@ func file_kith_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kith_proto_rawDesc), len(file_kith_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
