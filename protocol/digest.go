@@ -6,6 +6,7 @@ import (
 	"hash"
 	"runtime"
 
+	"github.com/klauspost/cpuid/v2"
 	"github.com/zeebo/blake3"
 	"golang.org/x/sys/cpu"
 
@@ -55,14 +56,30 @@ func (d ProofDigest) Sum(b []byte) [32]byte {
 
 // FastestDigest is the proof digest this machine makes fastest, which is
 // the one a node asks for and agrees to. BLAKE3 takes SIMD lanes on
-// amd64 (AVX2, SSE4.1): 4.2 GB/s on one core of the AMD EPYC kith is
+// amd64: with AVX2, 4.2 GB/s on one core of the AMD EPYC kith is
 // benchmarked on, where SHA-256 with the SHA instructions takes 1.8 GB/s.
-// An arm64 core with the SHA-2 instructions hashes SHA-256 at its own
-// speed, where BLAKE3 there is portable Go; without them (a Raspberry Pi 4)
-// BLAKE3's portable code is the faster of the two (on that EPYC, both in
-// portable code, the purego build tag: 0.58 against 0.23 GB/s).
+// Where a core has the SHA instructions but no AVX2 (Intel's Atom-class
+// cores up to Tremont, in many small home servers), BLAKE3's SSE4.1 lanes
+// are no faster than SHA-256, and an arm64 core with the SHA-2
+// instructions hashes SHA-256 at its own speed, where BLAKE3 there is
+// portable Go: both keep SHA-256. With neither (a Raspberry Pi 4, older
+// x86) BLAKE3's code is the faster (on that EPYC, both in portable code,
+// the purego build tag: 0.58 against 0.23 GB/s).
 func FastestDigest() ProofDigest {
-	if runtime.GOARCH == "arm64" && cpu.ARM64.HasSHA2 {
+	return fastestDigest(runtime.GOARCH, cpuFeatures{
+		arm64SHA2: cpu.ARM64.HasSHA2,
+		x86AVX2:   cpu.X86.HasAVX2,
+		x86SHA:    cpuid.CPU.Supports(cpuid.SHA),
+	})
+}
+
+// cpuFeatures is what FastestDigest's choice depends on.
+type cpuFeatures struct{ arm64SHA2, x86AVX2, x86SHA bool }
+
+func fastestDigest(arch string, f cpuFeatures) ProofDigest {
+	switch {
+	case arch == "arm64" && f.arm64SHA2,
+		arch == "amd64" && !f.x86AVX2 && f.x86SHA:
 		return DigestSHA256
 	}
 	return DigestBLAKE3

@@ -95,6 +95,29 @@ func TestDigestKnownAnswers(t *testing.T) {
 	}
 }
 
+// TestFastestDigest: SHA-256 where a core has SHA instructions and no
+// fast BLAKE3 lanes, BLAKE3 everywhere else.
+func TestFastestDigest(t *testing.T) {
+	cases := []struct {
+		arch string
+		f    cpuFeatures
+		want ProofDigest
+	}{
+		{"amd64", cpuFeatures{x86AVX2: true, x86SHA: true}, DigestBLAKE3}, // Zen, Ice Lake and later
+		{"amd64", cpuFeatures{x86AVX2: true}, DigestBLAKE3},               // Haswell to Comet Lake
+		{"amd64", cpuFeatures{x86SHA: true}, DigestSHA256},                // Goldmont, Tremont
+		{"amd64", cpuFeatures{}, DigestBLAKE3},                            // older x86
+		{"arm64", cpuFeatures{arm64SHA2: true}, DigestSHA256},             // Apple, Graviton, Cortex-A76
+		{"arm64", cpuFeatures{}, DigestBLAKE3},                            // Cortex-A72 without crypto (Raspberry Pi 4)
+		{"riscv64", cpuFeatures{}, DigestBLAKE3},
+	}
+	for _, c := range cases {
+		if got := fastestDigest(c.arch, c.f); got != c.want {
+			t.Errorf("%s %+v: %s, want %s", c.arch, c.f, got, c.want)
+		}
+	}
+}
+
 // TestProofDigestSigned: a proof made with BLAKE3 says so in what is
 // signed, so its digest cannot be relabelled without breaking the
 // signature; and no proof or offer names a digest this build cannot make.

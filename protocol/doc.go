@@ -300,7 +300,9 @@
 //
 // A node asks for, and agrees to, the digest it makes fastest
 // (FastestDigest): BLAKE3, but SHA-256 on an arm64 core with the SHA-2
-// instructions, where BLAKE3 is portable code. A provider uses the
+// instructions, where BLAKE3 is portable code, and on an x86 core with the
+// SHA instructions and no AVX2 (Atom-class), where BLAKE3's narrower
+// lanes are no faster. A provider uses the
 // digest the offer asks for only when it would ask for it too, and
 // SHA-256 otherwise, so either side may keep SHA-256. A requester asks
 // only a provider whose capability assertion lists 1.6; an older provider
