@@ -88,6 +88,9 @@ func tasksCmd() *cobra.Command {
 				fmt.Fprintf(out, "INVALID: %s\n", p.Error)
 				return exitError{1}
 			}
+			if p.Digest == "" { // a daemon from before protocol 1.6 names no digest
+				p.Digest, p.OfferDigest, p.TranscriptDigest = "sha256", p.OfferSHA256, p.Transcript
+			}
 			fmt.Fprintf(out, "valid: signed by %s\n  requester  %s\n  state      %s\n  tokens     prompt=%d completion=%d total=%d\n  offer      %s:%s\n  transcript %s:%s\n  completed  %s\n",
 				p.Provider, p.Requester, p.State, p.Usage.Prompt, p.Usage.Completion, p.Usage.Total,
 				p.Digest, p.OfferDigest, p.Digest, p.TranscriptDigest, p.CompletedAt.Format(time.RFC3339Nano))
