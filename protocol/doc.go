@@ -289,8 +289,8 @@
 // per delegation, and BLAKE3 takes SIMD lanes where SHA-256 has only its
 // own instructions or none: on the AMD EPYC kith is benchmarked on, one
 // core hashes 4.2 GB/s of BLAKE3 against 1.8 GB/s of SHA-256 (SHA
-// instructions), and a 1 MiB delegation took about a tenth less time
-// and CPU (docs/performance.md).
+// instructions), and a 1 MiB delegation, both nodes on 2 cores, took
+// about 6% less time and 7% less CPU (docs/performance.md).
 //
 //	requester                                                 provider
 //	  | delegation_offer{id, ..., proof_digest: BLAKE3}            |
