@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -54,6 +55,24 @@ func BenchmarkReadFrame(b *testing.B) {
 	for b.Loop() {
 		if _, err := NewFrameReader(bytes.NewReader(wire), 0).ReadFrame(); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkOutputDigest is a result proof's output digest of one text
+// part, made with each proof digest side by side: SHA-256, every
+// version's and the baseline, and BLAKE3 (1.6). A delegation makes four
+// such passes over its payload, offer and output on each side.
+func BenchmarkOutputDigest(b *testing.B) {
+	for _, size := range []int{1 << 10, 64 << 10, 1 << 20, 16 << 20} {
+		out := []Part{TextPart(string(bytes.Repeat([]byte("k"), size)))}
+		for _, d := range []ProofDigest{DigestSHA256, DigestBLAKE3} {
+			b.Run(fmt.Sprintf("%s/%dKiB", d, size>>10), func(b *testing.B) {
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					OutputDigest(d, out)
+				}
+			})
 		}
 	}
 }
