@@ -83,7 +83,7 @@ const idlePiece = 64 << 10
 // run computes the hash, yielding between pieces until d is urgent.
 func (d *digest) run() {
 	defer close(d.done)
-	h := d.alg.New()
+	h := d.alg.Start()
 	b := d.of
 	for len(b) > idlePiece && !d.urgent.Load() {
 		h.Write(b[:idlePiece])
@@ -91,7 +91,7 @@ func (d *digest) run() {
 		runtime.Gosched()
 	}
 	h.Write(b)
-	h.Sum(d.sum[:0])
+	d.sum = h.Finish()
 }
 
 // get waits for the hash, starting it if need be.

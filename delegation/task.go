@@ -175,7 +175,7 @@ func taskInput(o *protocol.DelegationOffer) executor.Task {
 // the question they answer and the next turn's first status: with the
 // offer, they are all that shapes the result.
 func transcriptHash(alg protocol.ProofDigest, events []store.Event) [32]byte {
-	h := alg.New()
+	h := alg.Start()
 	var n [binary.MaxVarintLen64]byte
 	for _, ev := range currentAttempt(events) {
 		if ev.Type != EventAccepted && ev.Type != EventStatus && ev.Type != EventTurn {
@@ -184,9 +184,7 @@ func transcriptHash(alg protocol.ProofDigest, events []store.Event) [32]byte {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(ev.Data)))])
 		h.Write(ev.Data)
 	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	return h.Finish()
 }
 
 // currentAttempt is the part of a requester's log that belongs to its

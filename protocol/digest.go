@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash"
 	"runtime"
+	"sync"
 
 	"github.com/klauspost/cpuid/v2"
 	"github.com/zeebo/blake3"
@@ -38,12 +39,40 @@ func (d ProofDigest) String() string {
 // Known reports whether this build can make and check digests of d.
 func (d ProofDigest) Known() bool { return int(d) < len(digestNames) }
 
-// New returns a hash of d; d must be Known.
-func (d ProofDigest) New() hash.Hash {
+// Digester is a digest of d being made, piece by piece (Start): Write
+// the pieces, then Finish.
+type Digester struct {
+	h     hash.Hash
+	blake *blake3.Hasher // h, when it is BLAKE3: recycled by Finish
+}
+
+// blake3Hashers recycles BLAKE3's hashers: one is 10.8 KiB (its buffer
+// and its stack of chaining values), and allocating and clearing one for
+// each small digest cost more than the hashing (3.9 against 1.5 µs for
+// 1 KiB); a delegation makes several small ones (transcript, output).
+var blake3Hashers = sync.Pool{New: func() any { return blake3.New() }}
+
+// Start begins a digest of d; d must be Known.
+func (d ProofDigest) Start() Digester {
 	if d == DigestBLAKE3 {
-		return blake3.New()
+		b := blake3Hashers.Get().(*blake3.Hasher)
+		return Digester{h: b, blake: b}
 	}
-	return sha256.New()
+	return Digester{h: sha256.New()}
+}
+
+// Write adds b to the digest.
+func (g *Digester) Write(b []byte) { g.h.Write(b) }
+
+// Finish is the digest of everything written. g must not be used after.
+func (g *Digester) Finish() (sum [32]byte) {
+	g.h.Sum(sum[:0])
+	if g.blake != nil {
+		g.blake.Reset()
+		blake3Hashers.Put(g.blake)
+	}
+	*g = Digester{}
+	return sum
 }
 
 // Sum is the digest of b made with d; d must be Known.

@@ -147,7 +147,7 @@ func optionalDigest(d [32]byte) []byte {
 // the parts, not from their encoding, so both sides reach it from what
 // they hold.
 func OutputDigest(d ProofDigest, parts []Part) [32]byte {
-	h := d.New()
+	h := d.Start()
 	var n [binary.MaxVarintLen64]byte
 	field := func(b []byte) {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(b)))])
@@ -175,9 +175,7 @@ func OutputDigest(d ProofDigest, parts []Part) [32]byte {
 			text(p.File.URI)
 		}
 	}
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	return h.Finish()
 }
 
 func digestFromWire(name string, b []byte) ([32]byte, error) {
