@@ -116,13 +116,19 @@ func TestGoldenCapabilityAssertion(t *testing.T) {
 }
 
 func TestGoldenResultProof(t *testing.T) {
-	p := fixtureResultProof(t)
+	checkGoldenProof(t, "result_proof", "the signed payload", fixtureResultProof(t))
+}
+
+// checkGoldenProof pins p's encoding (EncodeResultProof) to the golden
+// vector name, and checks that the vector decodes back to p.
+func checkGoldenProof(t *testing.T, name, what string, p ResultProof) {
+	t.Helper()
 	b, err := EncodeResultProof(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkGolden(t, "result_proof", "EncodeResultProof of the fixture (the signed payload)", b)
-	got, err := DecodeResultProof(readGolden(t, "result_proof"))
+	checkGolden(t, name, "EncodeResultProof of the fixture ("+what+")", b)
+	got, err := DecodeResultProof(readGolden(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
