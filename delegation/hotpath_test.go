@@ -451,20 +451,9 @@ func TestOutputAtStatusCapOnlyInResult(t *testing.T) {
 	if d.State != protocol.StateCompleted || Output(d) != task {
 		t.Fatalf("state %s, output of %d bytes; want completed with the task echoed (%d bytes)", d.State, len(Output(d)), len(task))
 	}
-	evs, err := a.st.Events(store.RoleRequester, d.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	streamed := 0
-	for _, ev := range evs {
-		if ev.Type != EventStatus {
-			continue
-		}
-		m, err := protocol.DecodeMessage(ev.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := protocol.PayloadSize(m.(*protocol.DelegationStatus).Partial)
+	for _, st := range statuses(t, a.st, d.ID) {
+		n := protocol.PayloadSize(st.Partial)
 		if n > statusCap {
 			t.Fatalf("a status carried %d bytes of output, more than the cap of %d", n, statusCap)
 		}
@@ -594,4 +583,61 @@ func TestPartsText(t *testing.T) {
 			t.Errorf("partsText(%d parts) = %q, want %q", len(c.parts), got, c.want)
 		}
 	}
+}
+
+// TestHeldOutputStreams: output that an executor emits and then says
+// nothing more for a while reaches the requester while the task runs, not
+// only with its result. Statuses are coalesced (flushInterval), but a
+// coalesced update must not wait for the executor's next one: a handler
+// that prints a line and then works for minutes had its line held all
+// that time.
+func TestHeldOutputStreams(t *testing.T) {
+	block := newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(_ int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 1000}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	a, b := nodes[0], nodes[1]
+	ctx := context.Background()
+	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStarted(t, block)
+	// The handler emitted "working " and now waits for Release: that
+	// update must come on its own.
+	labtest.WaitFor(t, 10*time.Second, "the requester to hear the output emitted before the handler blocked", func() bool {
+		for _, st := range statuses(t, a.st, id) {
+			if partsText(st.Partial) == "working " {
+				return true
+			}
+		}
+		return false
+	})
+	block.Release()
+	d, err := a.engine().Wait(ctx, id)
+	if err != nil || d.State != protocol.StateCompleted || Output(d) != "done: x" {
+		t.Fatalf("state %s output %q err %v; want completed with the handler's result", d.State, Output(d), err)
+	}
+}
+
+// statuses are the delegation_status messages in a requester's log of id.
+func statuses(t *testing.T, st *store.Store, id protocol.DelegationID) []*protocol.DelegationStatus {
+	t.Helper()
+	evs, err := st.Events(store.RoleRequester, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*protocol.DelegationStatus
+	for _, ev := range evs {
+		if ev.Type != EventStatus {
+			continue
+		}
+		m, err := protocol.DecodeMessage(ev.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m.(*protocol.DelegationStatus))
+	}
+	return out
 }

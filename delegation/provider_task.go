@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -166,26 +167,14 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	defer cancelDeadline()
 	started := e.cfg.Now()
 
-	var pending pendingOutput
-	lastFlush := time.Now()
-	flush := func() {
-		if pending.n == 0 {
-			return
-		}
+	stream := &outputStream{statusCap: e.statusCap, last: time.Now(), send: func(text string) {
 		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
-			Partial: []protocol.Part{protocol.TextPart(pending.take())}, Turn: t.turnTag()}
-		lastFlush = time.Now()
+			Partial: []protocol.Part{protocol.TextPart(text)}, Turn: t.turnTag()}
 		_ = e.emitStatus(t, st)
-	}
-	emit := func(u executor.Update) {
-		if pending.n > 0 && pending.n+len(u.Text) > e.statusCap {
-			flush()
-		}
-		pending.add(u.Text)
-		if time.Since(lastFlush) >= flushInterval {
-			flush()
-		}
-	}
+	}}
+	// Between turns and once the executor has returned, only this
+	// goroutine touches stream.pending.
+	pending := &stream.pending
 	var res executor.Result
 	var err error
 	if t.resumed {
@@ -198,7 +187,9 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		stopWatch := e.watchLease(t)
 		in := t.input()
 		e.contextInput(t, &in) // contexts: the history (context.go)
-		res, err = t.profile.Executor.Execute(ctx, in, emit)
+		stream.start()
+		res, err = t.profile.Executor.Execute(ctx, in, stream.emit)
+		stream.stop()
 		stopWatch()
 		release()
 		if err != nil || res.Input == nil {
@@ -206,7 +197,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		}
 		// A question: the turn ends, the task waits for the answer
 		// holding nothing, then runs its next turn.
-		if err = e.pause(ctx, t, res, &pending); err != nil {
+		if err = e.pause(ctx, t, res, pending); err != nil {
 			break
 		}
 		if err = e.reacquire(ctx, t); err != nil {
@@ -255,12 +246,12 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		}
 	}
 	usage := protocol.Usage{Prompt: res.Usage.Prompt, Completion: res.Usage.Completion, Total: res.Usage.Total}
-	out := []protocol.Part{}
+	output := []protocol.Part{}
 	if res.Text != "" {
-		out = append(out, protocol.TextPart(res.Text))
+		output = append(output, protocol.TextPart(res.Text))
 	}
-	if n, limit := protocol.PayloadSize(out), e.outputCap(t.offer.BudgetTokens); n > limit {
-		state, reason, out = protocol.StateFailed, fmt.Sprintf("%s: output of %d bytes, at most %d for this budget", ReasonPayloadTooLarge, n, limit), []protocol.Part{}
+	if n, limit := protocol.PayloadSize(output), e.outputCap(t.offer.BudgetTokens); n > limit {
+		state, reason, output = protocol.StateFailed, fmt.Sprintf("%s: output of %d bytes, at most %d for this budget", ReasonPayloadTooLarge, n, limit), []protocol.Part{}
 	}
 	if !t.remote && detail != "" {
 		reason, detail = detail, "" // local work: this node is the requester
@@ -276,7 +267,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
-	e.keepTurn(t, state, out) // contexts: before the result is stored and sent (context.go)
+	e.keepTurn(t, state, output) // contexts: before the result is stored and sent (context.go)
 	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash,
 		provisional: t.remote && t.offer != nil && t.offer.ProvisionalResult}
 	t.logMu.Lock()
@@ -295,8 +286,8 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		rec := t.record
 		f.create, f.abort = &rec, t.abort
 		f.logged = t.openEvs
-		if state == protocol.StateCompleted && len(out) > 0 {
-			pending = pendingOutput{}
+		if state == protocol.StateCompleted && len(output) > 0 {
+			*pending = pendingOutput{}
 		}
 	default:
 		f.logged = t.logged
@@ -309,7 +300,99 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append([]store.Event{{Type: EventStatus, State: protocol.StateRunning, Data: b}}, tail...)
 		}
 	}
-	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
+	e.finish(f, state, outcomeReason{reason, detail}, output, usage, e.cfg.Now().Sub(started), tail, t.send)
+}
+
+// outputStream coalesces a task's streamed output into statuses: at most
+// one every flushInterval, the first an interval after the task began, so
+// that a task done within it sends its output once, in its result.
+// Output held back goes out at the latest flushInterval after the status
+// before it (or the task's start), whether or not the executor emits
+// again: waiting for its next update held back the line of a handler
+// that printed it and then worked for minutes, for all that time.
+//
+// emit runs on the executor's goroutine and the timer's send on one of its
+// own, one at a time (mu); between start and stop only. Outside them the
+// task's goroutine has pending to itself.
+type outputStream struct {
+	statusCap int
+	send      func(text string) // sends text as a running status
+
+	mu      sync.Mutex
+	pending pendingOutput
+	last    time.Time   // the last status sent, or the task's start
+	on      bool        // between start and stop
+	timer   *time.Timer // armed while output waits, nil otherwise
+	gen     uint64      // which arming a firing timer belongs to
+}
+
+// start lets emit and the timer send, as the executor begins a turn.
+func (s *outputStream) start() {
+	s.mu.Lock()
+	s.on = true
+	s.mu.Unlock()
+}
+
+// stop ends sending once the executor has returned: a send under way
+// finishes first, and output still pending stays in pending.
+func (s *outputStream) stop() {
+	s.mu.Lock()
+	s.on = false
+	s.disarm()
+	s.mu.Unlock()
+}
+
+func (s *outputStream) emit(u executor.Update) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending.n > 0 && s.pending.n+len(u.Text) > s.statusCap {
+		s.flush()
+	}
+	s.pending.add(u.Text)
+	if s.pending.n == 0 {
+		return
+	}
+	wait := flushInterval - time.Since(s.last)
+	if wait <= 0 {
+		s.flush()
+		return
+	}
+	if s.timer == nil {
+		s.gen++
+		gen := s.gen
+		s.timer = time.AfterFunc(wait, func() { s.fire(gen) })
+	}
+}
+
+// fire sends what waits, unless the arming it belongs to was undone.
+func (s *outputStream) fire(gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if gen != s.gen || !s.on {
+		return
+	}
+	s.timer = nil
+	s.flush()
+}
+
+// flush sends the pending output as one status; s.mu is held.
+func (s *outputStream) flush() {
+	s.disarm()
+	if s.pending.n == 0 {
+		return
+	}
+	s.last = time.Now()
+	s.send(s.pending.take())
+}
+
+// disarm stops the timer; one already firing sees a new gen and does
+// nothing. s.mu is held.
+func (s *outputStream) disarm() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+		s.gen++
+	}
 }
 
 // pendingOutput is output the executor emitted that has not gone out yet.

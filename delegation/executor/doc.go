@@ -8,7 +8,8 @@
 //
 // Executors:
 //
-//   - Echo returns the task text, streamed word by word (demos and tests).
+//   - Echo returns the task text, streamed word by word with a Delay, in
+//     chunks without one (demos, tests and benchmarks).
 //   - Exec runs a command in its own process group: task on stdin, result on
 //     stdout. Cancellation kills the whole group, SIGTERM then SIGKILL.
 //   - OpenAI streams a chat completion from any OpenAI-compatible endpoint
