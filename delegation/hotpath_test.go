@@ -621,6 +621,42 @@ func TestHeldOutputStreams(t *testing.T) {
 	}
 }
 
+// TestProgressStreams: the progress an executor reports reaches the
+// requester in a status, with no output beside it, while the task runs.
+func TestProgressStreams(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	handler := func(ctx context.Context, task executor.Task, emit func(executor.Update)) (executor.Result, error) {
+		emit(executor.Update{Progress: 0.25})
+		emit(executor.Update{Progress: -1}) // cannot tell: the last known stands
+		select {
+		case <-release:
+			return executor.Result{Text: "done"}, nil
+		case <-ctx.Done():
+			return executor.Result{}, context.Cause(ctx)
+		}
+	}
+	nodes := newMesh(t, 2, func(_ int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 1000}, Executor: executor.HandlerFunc(handler)})
+	})
+	a, b := nodes[0], nodes[1]
+	id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labtest.WaitFor(t, 10*time.Second, "a status with the handler's progress", func() bool {
+		for _, st := range statuses(t, a.st, id) {
+			if st.ProgressPermille != 0 {
+				if st.ProgressPermille != 250 || len(st.Partial) != 0 {
+					t.Fatalf("status with progress %d‰ and %d parts; want 250‰ and none", st.ProgressPermille, len(st.Partial))
+				}
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // statuses are the delegation_status messages in a requester's log of id.
 func statuses(t *testing.T, st *store.Store, id protocol.DelegationID) []*protocol.DelegationStatus {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -167,9 +168,12 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	defer cancelDeadline()
 	started := e.cfg.Now()
 
-	stream := &outputStream{statusCap: e.statusCap, last: time.Now(), send: func(text string) {
+	stream := &outputStream{statusCap: e.statusCap, last: time.Now(), send: func(text string, permille uint32) {
 		st := &protocol.DelegationStatus{ID: t.wire, State: protocol.StateRunning, Seq: t.nextSeq(),
-			Partial: []protocol.Part{protocol.TextPart(text)}, Turn: t.turnTag()}
+			ProgressPermille: permille, Turn: t.turnTag()}
+		if text != "" {
+			st.Partial = []protocol.Part{protocol.TextPart(text)}
+		}
 		_ = e.emitStatus(t, st)
 	}}
 	// Between turns and once the executor has returned, only this
@@ -303,27 +307,31 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 	e.finish(f, state, outcomeReason{reason, detail}, output, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
-// outputStream coalesces a task's streamed output into statuses: at most
-// one every flushInterval, the first an interval after the task began, so
-// that a task done within it sends its output once, in its result.
-// Output held back goes out at the latest flushInterval after the status
-// before it (or the task's start), whether or not the executor emits
-// again: waiting for its next update held back the line of a handler
-// that printed it and then worked for minutes, for all that time.
+// outputStream coalesces a task's streamed output and progress into
+// statuses: at most one every flushInterval, the first an interval after
+// the task began, so that a task done within it sends its output once, in
+// its result. What is held back goes out at the latest flushInterval after
+// the status before it (or the task's start), whether or not the executor
+// emits again: waiting for its next update held back the line of a
+// handler that printed it and then worked for minutes, for all that time.
 //
 // emit runs on the executor's goroutine and the timer's send on one of its
 // own, one at a time (mu); between start and stop only. Outside them the
 // task's goroutine has pending to itself.
 type outputStream struct {
 	statusCap int
-	send      func(text string) // sends text as a running status
+	// send sends a running status with text (if any) and the progress so
+	// far in permille (0: none reported).
+	send func(text string, permille uint32)
 
-	mu      sync.Mutex
-	pending pendingOutput
-	last    time.Time   // the last status sent, or the task's start
-	on      bool        // between start and stop
-	timer   *time.Timer // armed while output waits, nil otherwise
-	gen     uint64      // which arming a firing timer belongs to
+	mu       sync.Mutex
+	pending  pendingOutput
+	progress uint32      // the latest progress reported, in permille
+	moved    bool        // progress changed since the last status
+	last     time.Time   // the last status sent, or the task's start
+	on       bool        // between start and stop
+	timer    *time.Timer // armed while something waits, nil otherwise
+	gen      uint64      // which arming a firing timer belongs to
 }
 
 // start lets emit and the timer send, as the executor begins a turn.
@@ -334,10 +342,11 @@ func (s *outputStream) start() {
 }
 
 // stop ends sending once the executor has returned: a send under way
-// finishes first, and output still pending stays in pending.
+// finishes first, and output still pending stays in pending (progress not
+// yet sent is dropped: what ends the turn says more).
 func (s *outputStream) stop() {
 	s.mu.Lock()
-	s.on = false
+	s.on, s.moved = false, false
 	s.disarm()
 	s.mu.Unlock()
 }
@@ -349,7 +358,10 @@ func (s *outputStream) emit(u executor.Update) {
 		s.flush()
 	}
 	s.pending.add(u.Text)
-	if s.pending.n == 0 {
+	if p, ok := permille(u.Progress); ok && p != s.progress {
+		s.progress, s.moved = p, true
+	}
+	if s.pending.n == 0 && !s.moved {
 		return
 	}
 	wait := flushInterval - time.Since(s.last)
@@ -364,6 +376,15 @@ func (s *outputStream) emit(u executor.Update) {
 	}
 }
 
+// permille is an Update's progress in permille; false for -1 (the
+// executor cannot tell) or anything else outside [0, 1].
+func permille(progress float64) (uint32, bool) {
+	if !(progress >= 0 && progress <= 1) {
+		return 0, false
+	}
+	return uint32(math.Round(progress * protocol.MaxProgressPermille)), true
+}
+
 // fire sends what waits, unless the arming it belongs to was undone.
 func (s *outputStream) fire(gen uint64) {
 	s.mu.Lock()
@@ -375,14 +396,14 @@ func (s *outputStream) fire(gen uint64) {
 	s.flush()
 }
 
-// flush sends the pending output as one status; s.mu is held.
+// flush sends what waits as one status; s.mu is held.
 func (s *outputStream) flush() {
 	s.disarm()
-	if s.pending.n == 0 {
+	if s.pending.n == 0 && !s.moved {
 		return
 	}
-	s.last = time.Now()
-	s.send(s.pending.take())
+	s.last, s.moved = time.Now(), false
+	s.send(s.pending.take(), s.progress)
 }
 
 // disarm stops the timer; one already firing sees a new gen and does

@@ -51,11 +51,7 @@ func delegateCmd() *cobra.Command {
 				if ev.State == api.StateInputRequired {
 					stopEvents()
 				}
-				line := fmt.Sprintf("[%s] %s", ev.State, ev.Type)
-				if ev.Partial != "" {
-					line += " " + partialLine(ev.Partial)
-				}
-				fmt.Fprintln(stderr, line)
+				fmt.Fprintln(stderr, eventLine(ev))
 			})
 			if err != nil && evCtx.Err() == nil {
 				fmt.Fprintf(stderr, "event stream: %v\n", err)
@@ -153,6 +149,20 @@ func stdinIsPipe(cmd *cobra.Command) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice == 0
+}
+
+// eventLine is how delegate shows one event of the delegation it follows:
+// its state and type, the progress the provider reported, if any, and the
+// output it streamed.
+func eventLine(ev api.Event) string {
+	line := fmt.Sprintf("[%s] %s", ev.State, ev.Type)
+	if ev.Progress > 0 {
+		line += fmt.Sprintf(" %d%%", ev.Progress/10)
+	}
+	if ev.Partial != "" {
+		line += " " + partialLine(ev.Partial)
+	}
+	return line
 }
 
 // partialLine shows streamed output on a status line: quoted, and cut
