@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +21,7 @@ const OpenAPIPath = "/api/v1/openapi.json"
 type httpAPI struct {
 	n        *Node
 	required bool
+	bodies   *bodyBudget
 
 	mu    sync.RWMutex
 	token string
@@ -82,6 +82,12 @@ func (h *httpAPI) handler(gw *gateway.Gateway) http.Handler {
 			unauthorized(w, r)
 			return
 		}
+		release, ok := h.bodies.take(r)
+		if !ok {
+			h.bodies.busy(w, r)
+			return
+		}
+		defer release()
 		mux.ServeHTTP(w, r)
 	})
 }
@@ -96,14 +102,7 @@ func (h *httpAPI) authorized(r *http.Request) bool {
 func unauthorized(w http.ResponseWriter, r *http.Request) {
 	const msg = "unauthenticated: this listener wants the node's API token as \"Authorization: Bearer <token>\" (kith api token prints it)"
 	w.Header().Set("WWW-Authenticate", `Bearer realm="kith"`)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusUnauthorized)
-	if r.Method == http.MethodPost && (r.URL.Path == "/a2a" || strings.Count(strings.TrimSuffix(r.URL.Path, "/"), "/") == 2 && strings.HasPrefix(r.URL.Path, "/a2a/")) {
-		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil,
-			"error": map[string]any{"code": -31401, "message": msg}})
-		return
-	}
-	_ = json.NewEncoder(w).Encode(api.Error{Error: msg})
+	refuse(w, r, http.StatusUnauthorized, -31401, msg)
 }
 
 // startHTTPAPI listens on [api] listen; the returned serve runs until the
@@ -117,7 +116,7 @@ func (n *Node) startHTTPAPI() (*http.Server, net.Listener, *httpAPI, error) {
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("node: api listen %s: %w", n.cfg.API.Listen, err)
 	}
-	h := &httpAPI{n: n, required: n.cfg.API.TokenRequired(), token: token}
+	h := &httpAPI{n: n, required: n.cfg.API.TokenRequired(), token: token, bodies: newBodyBudget(n.cfg.API.MaxBodyBytes)}
 	h.base = strings.TrimSuffix(n.cfg.API.PublicURL, "/")
 	if h.base == "" {
 		h.base = "http://" + ln.Addr().String()

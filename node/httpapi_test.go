@@ -70,24 +70,16 @@ func TestListenerAuth(t *testing.T) {
 	}
 	cfg := config.Default()
 	n := &Node{cfg: cfg}
-	h := &httpAPI{n: n, required: true, token: "kith_right-token-right-token"}
-	gw := gateway.New(gateway.Config{Engine: noEngine{}, Identity: id, BaseURL: func() string { return "http://x" }, TokenRequired: true, MaxBodyBytes: 1 << 20})
+	h := &httpAPI{n: n, required: true, token: "kith_right-token-right-token", bodies: newBodyBudget(cfg.API.MaxBodyBytes)}
+	gw := gateway.New(gateway.Config{Engine: noEngine{}, Identity: id, BaseURL: func() string { return "http://x" }, TokenRequired: true, MaxBodyBytes: cfg.API.MaxBodyBytes})
 	srv := httptest.NewServer(h.handler(gw))
 	defer srv.Close()
 
 	do := func(method, path, auth string) (*http.Response, string) {
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(`{}`))
-		req.Header.Set("Content-Type", "application/json")
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
+		if auth == "" {
+			return send(t, method, srv.URL+path, strings.NewReader(`{}`))
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(b)
+		return send(t, method, srv.URL+path, strings.NewReader(`{}`), "Authorization", auth)
 	}
 	for _, c := range []struct {
 		name, method, path, auth string
@@ -141,4 +133,101 @@ func TestLoopbackRule(t *testing.T) {
 	if !(config.API{Listen: "127.0.0.1:1", RequireToken: true}).TokenRequired() {
 		t.Error("require_token on loopback is ignored")
 	}
+}
+
+// TestBodyBudget: large request bodies share a budget of twice the cap on
+// one; a request that finds no room is refused before its body is read,
+// in the caller's shape (JSON-RPC or REST), and the room comes back once a
+// body has been read. Small bodies never wait on it.
+func TestBodyBudget(t *testing.T) {
+	id, err := crypto.GenerateIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxBody = 2 << 20
+	cfg := config.Default()
+	cfg.API.MaxBodyBytes = maxBody
+	h := &httpAPI{n: &Node{cfg: cfg}, bodies: newBodyBudget(maxBody)}
+	gw := gateway.New(gateway.Config{Engine: noEngine{}, Identity: id, BaseURL: func() string { return "http://x" }, MaxBodyBytes: maxBody})
+	srv := httptest.NewServer(h.handler(gw))
+	defer srv.Close()
+
+	large := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"text":"` +
+		strings.Repeat("x", 3<<19) + `"}]}}}`
+	post := func(path string, body io.Reader) (*http.Response, string) {
+		t.Helper()
+		return send(t, "POST", srv.URL+path, body, "A2A-Version", "1.0")
+	}
+	busy := func(resp *http.Response, body string, rpc bool) bool {
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return false
+		}
+		if resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "busy") {
+			t.Fatalf("503 without Retry-After or a reason: %s", body)
+		}
+		var m struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal([]byte(body), &m) != nil || rpc != strings.HasPrefix(string(m.Error), "{") {
+			t.Fatalf("503 body %s: want a JSON-RPC error: %v", body, rpc)
+		}
+		return true
+	}
+
+	// The whole budget is taken: a large body is refused, a small one not.
+	if !h.bodies.sem.TryAcquire(2 * maxBody) {
+		t.Fatal("the budget is not twice the cap")
+	}
+	if resp, body := post("/a2a/echo", strings.NewReader(large)); !busy(resp, body, true) {
+		t.Fatalf("JSON-RPC with %d bytes and no budget left: %d %s, want 503", len(large), resp.StatusCode, body)
+	}
+	if resp, body := post("/api/v1/a2a/delegations", strings.NewReader(large)); !busy(resp, body, false) {
+		t.Fatalf("REST with %d bytes and no budget left: %d %s, want 503", len(large), resp.StatusCode, body)
+	}
+	if resp, body := post("/a2a/echo", strings.NewReader(`{}`)); resp.StatusCode == http.StatusServiceUnavailable {
+		t.Fatalf("a small body waited on the budget: %s", body)
+	}
+	h.bodies.sem.Release(2 * maxBody)
+
+	// With room, the large body is read (the engine here delegates
+	// nothing), and its share comes back.
+	if resp, body := post("/a2a/echo", strings.NewReader(large)); resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusRequestEntityTooLarge {
+		t.Fatalf("JSON-RPC with %d bytes and room: %d %s", len(large), resp.StatusCode, body)
+	}
+	if !h.bodies.sem.TryAcquire(2 * maxBody) {
+		t.Fatal("a large body's share did not come back")
+	}
+	h.bodies.sem.Release(2 * maxBody)
+
+	// A body of no declared length takes the whole cap: with less left,
+	// it is refused.
+	if !h.bodies.sem.TryAcquire(maxBody + 1) {
+		t.Fatal("budget")
+	}
+	chunked := struct{ io.Reader }{strings.NewReader(large)} // no length for the client to declare
+	if resp, body := post("/a2a/echo", chunked); !busy(resp, body, true) {
+		t.Fatalf("chunked body with less than the cap left: %d %s, want 503", resp.StatusCode, body)
+	}
+	h.bodies.sem.Release(maxBody + 1)
+}
+
+// send makes one request with a JSON Content-Type and the header pairs
+// given, and returns the response and its body.
+func send(t *testing.T, method, url string, body io.Reader, header ...string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
 	"github.com/kithmesh/kith/internal/labtest"
@@ -456,4 +457,57 @@ func (n *testNode) enableGateway(t *testing.T) string {
 	}
 	n.restartSamePorts()
 	return strings.TrimSpace(n.kith("api", "token").stdout)
+}
+
+// bearer adds the node's API token to every request of an HTTP client.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestE2EA2ALargeDocument: an A2A client sends a document of several MiB
+// through A's gateway, on the default [api] limits, to a profile that only
+// B serves, and gets it back whole. A body cap of 1 MiB refused such a
+// request (413) although the mesh carries 64 MiB.
+func TestE2EA2ALargeDocument(t *testing.T) {
+	a, b := pair(t, `
+[[profiles]]
+name = "bigecho"
+executor = "echo"
+max_budget_tokens = 4000000
+min_trust = "untrusted"
+`)
+	token := a.enableGateway(t)
+	base := a.httpBase()
+	waitSkill(t, base, "bigecho")
+	hc := &http.Client{Transport: bearer{token}}
+	card, err := gateway.FetchCard(context.Background(), hc, base+"/a2a/bigecho")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a2aclient.NewFromCard(context.Background(), card, a2aclient.WithDefaultsDisabled(), a2aclient.WithJSONRPCTransport(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	doc := strings.Repeat("A line of a long report, with \"quotes\" and a tab\there.\n", 3<<20/56)
+	ctx, cancel := context.WithTimeout(context.Background(), stateWait)
+	defer cancel()
+	res, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(doc))})
+	if err != nil {
+		t.Fatalf("SendMessage of %d bytes: %v", len(doc), err)
+	}
+	task, ok := res.(*a2a.Task)
+	if !ok || task.Status.State != a2a.TaskStateCompleted || len(task.Artifacts) == 0 {
+		t.Fatalf("SendMessage of %d bytes: %T %+v, want a completed task", len(doc), res, res)
+	}
+	if got := task.Artifacts[len(task.Artifacts)-1].Parts[0].Text(); got != doc {
+		t.Fatalf("the echo came back with %d bytes, sent %d", len(got), len(doc))
+	}
+	if d := showJSON(t, a, string(task.ID)); d.State.String() != "completed" || d.Peer != b.id {
+		t.Fatalf("A's delegation %s: %+v, want completed by B", task.ID, d)
+	}
 }

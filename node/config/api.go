@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+
+	"github.com/kithmesh/kith/protocol"
 )
 
 // API is the [api] table: the HTTP listener that serves the REST API (the
@@ -28,10 +30,24 @@ type API struct {
 	// Default: "", which means "http://" + the address actually bound.
 	PublicURL string `toml:"public_url"`
 
-	// MaxBodyBytes caps one request body; larger ones are refused before
-	// they are decoded. Default: 1048576 (1 MiB); 1024 to 67108864.
+	// MaxBodyBytes caps one request body; larger ones are refused (413)
+	// before they are decoded. Default: 100663296 (96 MiB), room for a task
+	// as large as a delegation carries (64 MiB of content) as JSON text or
+	// as a base64 file part; 1024 to 403701760 (a task of 64 MiB whose
+	// every byte JSON escapes as \u00XX). Bodies over 1 MiB share a
+	// budget of twice this, read at once; past it a request is refused
+	// (503, Retry-After) before its body is read.
 	MaxBodyBytes int64 `toml:"max_body_bytes"`
 }
+
+// DefaultMaxBodyBytes is API.MaxBodyBytes's default: 64 MiB of task as a
+// base64 file part takes 85.3 MiB, and the JSON around it little more.
+const DefaultMaxBodyBytes = 96 << 20
+
+// MaxMaxBodyBytes is the largest API.MaxBodyBytes: the unix socket's own
+// cap on a delegation request (a task of protocol.MaxPayload bytes, each
+// JSON-escaped to six, and 1 MiB for the rest).
+const MaxMaxBodyBytes = 6*protocol.MaxPayload + 1<<20
 
 // Enabled reports whether the HTTP listener is configured.
 func (a API) Enabled() bool { return a.Listen != "" }
@@ -75,8 +91,8 @@ func (a API) validate(ps *problems) {
 			ps.add("api.public_url", "%q %s", a.PublicURL, msg)
 		}
 	}
-	if a.MaxBodyBytes < 1024 || a.MaxBodyBytes > 64<<20 {
-		ps.add("api.max_body_bytes", "%d; want 1024 to %d", a.MaxBodyBytes, 64<<20)
+	if a.MaxBodyBytes < 1024 || a.MaxBodyBytes > MaxMaxBodyBytes {
+		ps.add("api.max_body_bytes", "%d; want 1024 to %d", a.MaxBodyBytes, MaxMaxBodyBytes)
 	}
 }
 
@@ -106,7 +122,8 @@ func (w *fileWriter) describeAPI(a API) {
 	w.show("require_token", fmt.Sprint(a.RequireToken))
 	w.comment("Base URL written into agent cards (behind a proxy); \"\" is http://<listen>.")
 	w.show("public_url", tomlString(a.PublicURL))
-	w.comment("Largest request body, in bytes.")
+	w.comment("Largest request body, in bytes: the default takes the largest task a")
+	w.comment("delegation carries (64 MiB), as text or as a base64 file part.")
 	w.show("max_body_bytes", fmt.Sprint(a.MaxBodyBytes))
 	w.blank()
 }

@@ -426,7 +426,7 @@ func Default() Config {
 		},
 		Policy:   Policy{Mode: PolicyOpen, QueryTrust: TrustUntrusted},
 		Contexts: defaultContexts(),
-		API:      API{MaxBodyBytes: 1 << 20},
+		API:      API{MaxBodyBytes: DefaultMaxBodyBytes},
 		GPU:      GPU{HeadroomMiB: 512, ReofferPreempted: true},
 		Discovery: Discovery{
 			MDNS:           true,

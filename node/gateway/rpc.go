@@ -127,8 +127,12 @@ func jsonContentType(v string) bool {
 	return err == nil && (mt == "application/json" || mt == "application/a2a+json")
 }
 
-// readBody reads at most max bytes; more is errTooLarge.
+// readBody reads at most max bytes; more is errTooLarge. A body that
+// declares more than max is refused unread.
 func readBody(r *http.Request, max int64) ([]byte, error) {
+	if r.ContentLength > max {
+		return nil, errTooLarge
+	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 	if err != nil {
 		return nil, err
