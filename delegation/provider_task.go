@@ -354,6 +354,9 @@ func (s *outputStream) stop() {
 func (s *outputStream) emit(u executor.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.on {
+		return // after Execute returned: an executor that broke its contract
+	}
 	if s.pending.n > 0 && s.pending.n+len(u.Text) > s.statusCap {
 		s.flush()
 	}
