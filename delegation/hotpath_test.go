@@ -677,3 +677,12 @@ func statuses(t *testing.T, st *store.Store, id protocol.DelegationID) []*protoc
 	}
 	return out
 }
+
+// TestExecOutputCapIsPayload: the exec executor's default cap on a
+// command's output is what a delegation's result carries (the executor
+// package imports no other kith package, so it keeps its own copy).
+func TestExecOutputCapIsPayload(t *testing.T) {
+	if executor.DefaultMaxOutput != protocol.MaxPayload {
+		t.Fatalf("executor.DefaultMaxOutput = %d, protocol.MaxPayload = %d", executor.DefaultMaxOutput, protocol.MaxPayload)
+	}
+}

@@ -50,8 +50,8 @@ type Exec struct {
 	Dir string
 	// Env is added to kith's environment; later entries win.
 	Env []string
-	// MaxOutput caps stdout in bytes when the budget allows more;
-	// zero means 1 MiB. Exceeding it is a failure, not a budget stop.
+	// MaxOutput caps stdout in bytes when the budget allows more; zero
+	// means DefaultMaxOutput. Exceeding it is a failure, not a budget stop.
 	MaxOutput int
 	// KillGrace is how long a command has between SIGTERM and SIGKILL;
 	// zero means 2s.
@@ -60,8 +60,14 @@ type Exec struct {
 
 var _ Executor = Exec{}
 
+// DefaultMaxOutput is Exec's cap on stdout when the budget allows more:
+// the most content a delegation's result carries (protocol.MaxPayload),
+// so that a command that turns a document into another (a converter, a
+// filter) works on documents as large as the mesh carries. A cap of
+// 1 MiB failed a 2 MiB document through `tr` whatever its budget.
+const DefaultMaxOutput = 64 << 20
+
 const (
-	defaultMaxOutput = 1 << 20
 	defaultKillGrace = 2 * time.Second
 	stderrTailBytes  = 2 << 10
 	readChunkBytes   = 32 << 10
@@ -138,7 +144,7 @@ func (e Exec) Execute(ctx context.Context, task Task, emit func(Update)) (Result
 		grace: orDefault(e.KillGrace, defaultKillGrace),
 		emit:  orNop(emit),
 	}
-	s.setLimits(task.BudgetTokens, orDefault(e.MaxOutput, defaultMaxOutput))
+	s.setLimits(task.BudgetTokens, orDefault(e.MaxOutput, DefaultMaxOutput))
 	stop, waitErr := s.run(ctx)
 
 	text := s.text.String()

@@ -311,6 +311,21 @@ func TestExecMaxOutput(t *testing.T) {
 	}
 }
 
+// A document of several MiB goes through a filter whole when its budget
+// allows it: the default cap is what a delegation carries, not 1 MiB.
+func TestExecLargeDocument(t *testing.T) {
+	needTools(t, "tr")
+	t.Parallel()
+	doc := strings.Repeat("a line of a long document\n", 3<<20/26)
+	res, err := Exec{Command: []string{"tr", "a-z", "A-Z"}}.Execute(context.Background(), Task{Text: doc, BudgetTokens: 1 << 30}, nil)
+	if err != nil {
+		t.Fatalf("%d bytes through tr: %v", len(doc), err)
+	}
+	if res.Text != strings.ToUpper(doc) || res.StoppedAtBudget {
+		t.Fatalf("%d bytes through tr: got %d bytes back (stopped at budget: %v)", len(doc), len(res.Text), res.StoppedAtBudget)
+	}
+}
+
 func TestExecCancelledBeforeStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
