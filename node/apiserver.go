@@ -282,7 +282,8 @@ func (n *Node) withQuestion(d store.Delegation) api.Delegation {
 
 func (n *Node) handleReply(w http.ResponseWriter, r *http.Request) {
 	var req api.Reply
-	if !decodeBody(w, r, &req) {
+	// An answer may be a document too: as large as a task.
+	if !decodeBodyMax(w, r, &req, api.MaxDelegateBody) {
 		return
 	}
 	id, err := protocol.ParseDelegationID(r.PathValue("id"))

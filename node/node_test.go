@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/kithmesh/kith/node/api"
+	"github.com/kithmesh/kith/protocol"
 )
 
 // startNode runs a node on loopback (TCP, or the listen addresses given)
@@ -89,5 +91,20 @@ func TestSocketIsPrivateAndSingle(t *testing.T) {
 	// A second daemon on the same home must refuse, not steal the socket.
 	if _, err := listenSocket(n.SocketPath()); err == nil {
 		t.Fatal("second listener on a live socket succeeded")
+	}
+}
+
+// An answer to a question may be as large as a task: the reply endpoint
+// takes a body of several MiB (here for an unknown delegation, so the
+// engine's own answer shows the body was read), where it refused
+// any over 1 MiB.
+func TestReplyTakesADocument(t *testing.T) {
+	n, cancel, done := startNode(t)
+	defer func() { cancel(); <-done }()
+	c := api.NewClient(n.SocketPath())
+	defer c.Close()
+	_, err := c.Reply(context.Background(), protocol.NewDelegationID().String(), strings.Repeat("an answer of several MiB ", 2<<20/25))
+	if err == nil || !strings.Contains(err.Error(), "unknown delegation") {
+		t.Fatalf("reply of 2 MiB to an unknown delegation: %v, want the engine's unknown delegation", err)
 	}
 }
