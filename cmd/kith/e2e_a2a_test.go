@@ -470,8 +470,10 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // TestE2EA2ALargeDocument: an A2A client sends a document of several MiB
 // through A's gateway, on the default [api] limits, to a profile that only
-// B serves, and gets it back whole. A body cap of 1 MiB refused such a
-// request (413) although the mesh carries 64 MiB.
+// B serves, and gets it back whole, blocking and streamed. A body cap of
+// 1 MiB refused such a request (413) although the mesh carries 64 MiB;
+// streamed, an output of 12 MiB came as one event that a2a-go's client
+// refused.
 func TestE2EA2ALargeDocument(t *testing.T) {
 	a, b := pair(t, `
 [[profiles]]
@@ -509,5 +511,32 @@ min_trust = "untrusted"
 	}
 	if d := showJSON(t, a, string(task.ID)); d.State.String() != "completed" || d.Peer != b.id {
 		t.Fatalf("A's delegation %s: %+v, want completed by B", task.ID, d)
+	}
+
+	// Streamed, an output larger than one server-sent event that a2a-go
+	// reads (10 MB) comes in several artifact updates, appended in order.
+	doc = strings.Repeat(doc, 4) // 12 MiB
+	var parts a2a.ContentParts
+	state := a2a.TaskState("")
+	for ev, err := range c.SendStreamingMessage(ctx, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(doc))}) {
+		if err != nil {
+			t.Fatalf("SendStreamingMessage of %d bytes: %v", len(doc), err)
+		}
+		switch e := ev.(type) {
+		case *a2a.TaskArtifactUpdateEvent:
+			if !e.Append {
+				parts = nil
+			}
+			parts = append(parts, e.Artifact.Parts...)
+		case *a2a.TaskStatusUpdateEvent:
+			state = e.Status.State
+		}
+	}
+	var got strings.Builder
+	for _, p := range parts {
+		got.WriteString(p.Text())
+	}
+	if state != a2a.TaskStateCompleted || got.String() != doc {
+		t.Fatalf("streamed %d bytes: ended %s with %d bytes of output in %d parts", len(doc), state, got.Len(), len(parts))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
@@ -39,6 +40,104 @@ const selectTimeout = 30 * time.Second
 
 // outputArtifact is the ID of the artifact that carries a task's output.
 const outputArtifact a2a.ArtifactID = "output"
+
+// maxEventText is the most text one streamed artifact update carries:
+// larger output goes out in several, each appended to the one before, so
+// that a client reads the same text in order. a2a-go's client (and so
+// kith's own a2a executor) refuses a server-sent event over 10 MB, and a
+// delegation's output may be 64 MiB; 4 MiB of text stays under that in
+// JSON unless much of it must be escaped.
+const maxEventText = 4 << 20
+
+// eventParts groups parts into the parts of successive artifact updates,
+// each of at most maxEventText bytes of text, files and data: a text part
+// larger than that is cut (at a UTF-8 boundary) into several, and any
+// other part goes whole, alone if it is that large. Output within the
+// limit is one update, as it is.
+func eventParts(parts a2a.ContentParts) []a2a.ContentParts {
+	var out []a2a.ContentParts
+	var cur a2a.ContentParts
+	size := 0
+	add := func(p *a2a.Part, n int) {
+		if len(cur) > 0 && size+n > maxEventText {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, p)
+		size += n
+	}
+	for _, p := range parts {
+		text, isText := p.Content.(a2a.Text)
+		if !isText || len(text) <= maxEventText {
+			add(p, partSize(p))
+			continue
+		}
+		for s := string(text); s != ""; {
+			n := min(len(s), maxEventText)
+			for cut := n; cut > n-utf8.UTFMax && cut > 0 && cut < len(s); cut-- {
+				if utf8.RuneStart(s[cut]) {
+					n = cut
+					break
+				}
+			}
+			piece := *p // its media type and metadata, with a piece of its text
+			piece.Content = a2a.Text(s[:n])
+			add(&piece, n)
+			s = s[n:]
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// lean is t as the first event of a stream carries it: without its
+// history (the message the client sent) or its output when they are
+// larger than an event should be (maxEventText). The output follows in
+// artifact updates anyway (finish), and GetTask has both.
+func lean(t *a2a.Task) *a2a.Task {
+	history, output := 0, 0
+	for _, m := range t.History {
+		history += partsSize(m.Parts)
+	}
+	for _, a := range t.Artifacts {
+		output += partsSize(a.Parts)
+	}
+	if history <= maxEventText && output <= maxEventText {
+		return t
+	}
+	c := *t
+	if history > maxEventText {
+		c.History = nil
+	}
+	if output > maxEventText {
+		c.Artifacts = nil
+	}
+	return &c
+}
+
+// partsSize is about what parts take in an event (partSize).
+func partsSize(parts a2a.ContentParts) int {
+	n := 0
+	for _, p := range parts {
+		n += partSize(p)
+	}
+	return n
+}
+
+// partSize is about what a part takes in an event: its text, its bytes,
+// or a little for a URL or data.
+func partSize(p *a2a.Part) int {
+	switch c := p.Content.(type) {
+	case a2a.Text:
+		return len(c)
+	case a2a.Raw:
+		return len(c) * 4 / 3 // base64
+	default:
+		return 1 << 10
+	}
+}
 
 func (a *agent) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
 	d, err := a.start(ctx, req)
@@ -509,7 +608,7 @@ func (a *agent) follow(ctx context.Context, d store.Delegation, after uint64, fn
 // output as the last chunk, and the final status.
 func (a *agent) stream(ctx context.Context, d store.Delegation, yield func(a2a.Event, error) bool) {
 	t := a.task(d, nil)
-	if !yield(t, nil) {
+	if !yield(lean(t), nil) {
 		return
 	}
 	if settled(d.State) {
@@ -524,12 +623,14 @@ func (a *agent) stream(ctx context.Context, d store.Delegation, yield func(a2a.E
 			if m, err := protocol.DecodeMessage(ev.Data); err == nil {
 				// A question is the status message (finish), not output.
 				if st, ok := m.(*protocol.DelegationStatus); ok && len(st.Partial) > 0 && st.State != protocol.StateInputRequired {
-					e := a2a.NewArtifactUpdateEvent(t, outputArtifact, partsToA2A(st.Partial)...)
-					e.Append = chunks > 0
-					chunks++
-					if !yield(e, nil) {
-						stopped = true
-						return false
+					for _, parts := range eventParts(partsToA2A(st.Partial)) {
+						e := a2a.NewArtifactUpdateEvent(t, outputArtifact, parts...)
+						e.Append = chunks > 0
+						chunks++
+						if !yield(e, nil) {
+							stopped = true
+							return false
+						}
 					}
 				}
 			}
@@ -561,11 +662,18 @@ func (a *agent) stream(ctx context.Context, d store.Delegation, yield func(a2a.E
 // finish yields the whole output (when there is one) and the final status.
 func (a *agent) finish(d store.Delegation, t *a2a.Task, yield func(a2a.Event, error) bool) {
 	if len(t.Artifacts) > 0 {
-		e := a2a.NewArtifactUpdateEvent(t, outputArtifact, t.Artifacts[0].Parts...)
-		e.Artifact.Name = t.Artifacts[0].Name
-		e.Append, e.LastChunk = false, true // the whole output replaces the chunks
-		if !yield(e, nil) {
-			return
+		// The whole output replaces the chunks: its first event does not
+		// append, and the last says it is the last.
+		pieces := eventParts(t.Artifacts[0].Parts)
+		for i, parts := range pieces {
+			e := a2a.NewArtifactUpdateEvent(t, outputArtifact, parts...)
+			if i == 0 {
+				e.Artifact.Name = t.Artifacts[0].Name
+			}
+			e.Append, e.LastChunk = i > 0, i == len(pieces)-1
+			if !yield(e, nil) {
+				return
+			}
 		}
 	}
 	e := a2a.NewStatusUpdateEvent(t, t.Status.State, t.Status.Message)
