@@ -250,12 +250,12 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		}
 	}
 	usage := protocol.Usage{Prompt: res.Usage.Prompt, Completion: res.Usage.Completion, Total: res.Usage.Total}
-	output := []protocol.Part{}
+	out := []protocol.Part{}
 	if res.Text != "" {
-		output = append(output, protocol.TextPart(res.Text))
+		out = append(out, protocol.TextPart(res.Text))
 	}
-	if n, limit := protocol.PayloadSize(output), e.outputCap(t.offer.BudgetTokens); n > limit {
-		state, reason, output = protocol.StateFailed, fmt.Sprintf("%s: output of %d bytes, at most %d for this budget", ReasonPayloadTooLarge, n, limit), []protocol.Part{}
+	if n, limit := protocol.PayloadSize(out), e.outputCap(t.offer.BudgetTokens); n > limit {
+		state, reason, out = protocol.StateFailed, fmt.Sprintf("%s: output of %d bytes, at most %d for this budget", ReasonPayloadTooLarge, n, limit), []protocol.Part{}
 	}
 	if !t.remote && detail != "" {
 		reason, detail = detail, "" // local work: this node is the requester
@@ -271,7 +271,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append(tail, store.Event{Type: EventStatus, State: protocol.StatePreempted, Data: b})
 		}
 	}
-	e.keepTurn(t, state, output) // contexts: before the result is stored and sent (context.go)
+	e.keepTurn(t, state, out) // contexts: before the result is stored and sent (context.go)
 	f := finishing{role: t.role, id: t.id, wire: t.wire, requester: t.requester, offerHash: t.offerHash,
 		provisional: t.remote && t.offer != nil && t.offer.ProvisionalResult}
 	t.logMu.Lock()
@@ -290,7 +290,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 		rec := t.record
 		f.create, f.abort = &rec, t.abort
 		f.logged = t.openEvs
-		if state == protocol.StateCompleted && len(output) > 0 {
+		if state == protocol.StateCompleted && len(out) > 0 {
 			*pending = pendingOutput{}
 		}
 	default:
@@ -304,7 +304,7 @@ func (e *providerHalf) runTask(ctx context.Context, t *task) {
 			tail = append([]store.Event{{Type: EventStatus, State: protocol.StateRunning, Data: b}}, tail...)
 		}
 	}
-	e.finish(f, state, outcomeReason{reason, detail}, output, usage, e.cfg.Now().Sub(started), tail, t.send)
+	e.finish(f, state, outcomeReason{reason, detail}, out, usage, e.cfg.Now().Sub(started), tail, t.send)
 }
 
 // outputStream coalesces a task's streamed output and progress into
