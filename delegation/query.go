@@ -188,9 +188,10 @@ type Node struct {
 // Tree returns the delegations this node requested, as trees of parents
 // and children, roots newest first. A delegation whose parent ran here as a
 // provider (a child spawned while serving a peer) hangs under that
-// provider-side record.
+// provider-side record. Each is as a listing reads it (store.DelegationFilter
+// Listing): no offer, and a result only up to store.ListResultMax bytes.
 func (e *core) Tree(limit int) ([]*Node, error) {
-	all, err := e.st.ListDelegations(store.DelegationFilter{Limit: limit})
+	all, err := e.st.ListDelegations(store.DelegationFilter{Limit: limit, Listing: true})
 	if err != nil {
 		return nil, err
 	}

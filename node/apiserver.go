@@ -250,8 +250,8 @@ func toAPI(d store.Delegation) api.Delegation {
 	out := api.Delegation{
 		ID: d.ID.String(), Role: d.Role, Profile: d.Profile, State: d.State, Reason: d.Reason,
 		Remote: d.Remote, ContextID: string(d.ContextID), Budget: d.BudgetTokens,
-		Usage:     api.Usage{Prompt: d.Usage.Prompt, Completion: d.Usage.Completion, Total: d.Usage.Total},
-		Output:    delegation.Output(d),
+		Usage:  api.Usage{Prompt: d.Usage.Prompt, Completion: d.Usage.Completion, Total: d.Usage.Total},
+		Output: delegation.Output(d), OutputOmitted: d.ResultLeftOut,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Terminal: d.State.Terminal(),
 	}
 	if d.Peer != "" {
@@ -329,7 +329,8 @@ func (n *Node) handleList(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err)
 		return
 	}
-	f := store.DelegationFilter{Limit: q.Limit + 1, Since: q.Since}
+	// A listing reads records, not the files of large documents.
+	f := store.DelegationFilter{Limit: q.Limit + 1, Since: q.Since, Listing: true}
 	f.States = q.States
 	ds, err := n.Store().ListDelegations(f)
 	if err != nil {

@@ -434,3 +434,43 @@ func writeAndCheck(t *testing.T, w *FileWriter, path string, v []byte, direct bo
 		t.Errorf("%d bytes, direct %v: read back %d bytes, not what was written", n, direct, len(got))
 	}
 }
+
+// TestListingReadsRecords: a listing reads no offer, and a result only up
+// to ListResultMax bytes, wherever it is stored (inline, in a segment, in
+// a file of its own); a larger one is left out and said to be. Listed
+// without Listing, every delegation comes whole.
+func TestListingReadsRecords(t *testing.T) {
+	s, dir := openTest(t, Options{})
+	results := map[protocol.DelegationID][]byte{}
+	for i, n := range []int{100, ListResultMax, ListResultMax + 1, 200 << 10, 1 << 20} {
+		id := protocol.NewDelegationID()
+		results[id] = pattern(n, byte(i))
+		mustNoErr(t, s.CreateDelegation(Delegation{ID: id, Role: RoleRequester, Offer: pattern(1<<20, 9), Result: results[id]}))
+	}
+	check := func(s *Store) {
+		ds, err := s.ListDelegations(DelegationFilter{Listing: true})
+		mustNoErr(t, err)
+		if len(ds) != len(results) {
+			t.Fatalf("listed %d, want %d", len(ds), len(results))
+		}
+		for _, d := range ds {
+			want := results[d.ID]
+			switch {
+			case d.Offer != nil:
+				t.Fatalf("a listing read a %d-byte offer", len(d.Offer))
+			case len(want) <= ListResultMax && (d.ResultLeftOut || !bytes.Equal(d.Result, want)):
+				t.Fatalf("result of %d bytes: listed %d bytes, left out %v; want it whole", len(want), len(d.Result), d.ResultLeftOut)
+			case len(want) > ListResultMax && (!d.ResultLeftOut || d.Result != nil):
+				t.Fatalf("result of %d bytes: listed %d bytes, left out %v; want it left out", len(want), len(d.Result), d.ResultLeftOut)
+			}
+		}
+		ds, err = s.ListDelegations(DelegationFilter{})
+		mustNoErr(t, err)
+		for _, d := range ds {
+			if d.ResultLeftOut || !bytes.Equal(d.Result, results[d.ID]) || len(d.Offer) != 1<<20 {
+				t.Fatalf("a whole listing gave a result of %d bytes (of %d) and an offer of %d", len(d.Result), len(results[d.ID]), len(d.Offer))
+			}
+		}
+	}
+	checkAcrossRestart(t, s, dir, check)
+}

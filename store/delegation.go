@@ -91,6 +91,11 @@ type Delegation struct {
 	// none yet), read from the event log: what a reattaching requester
 	// resumes after. Writes ignore it.
 	LastSeq uint64
+
+	// ResultLeftOut is set by a listing (DelegationFilter.Listing) on a
+	// delegation whose Result it did not read: one stored in more than
+	// ListResultMax bytes. Writes ignore it.
+	ResultLeftOut bool
 }
 
 type delegationRecord struct {
@@ -145,6 +150,9 @@ const (
 	withOffer  blobSet = 1 << 0
 	withResult blobSet = 1 << 1
 	allBlobs           = withOffer | withResult
+	// smallResult reads the result only when it is stored in at most
+	// ListResultMax bytes (a listing's).
+	smallResult blobSet = 1 << 2
 )
 
 // getDelegation reads a delegation and its LastSeq, and the blobs asked for
@@ -170,8 +178,50 @@ func (s *Store) getDelegation(txn *wtxn, role Role, id protocol.DelegationID, bl
 		if d.Result, err = s.getBlob(txn, blobKey(role, id, blobResult)); err != nil {
 			return Delegation{}, err
 		}
+	} else if blobs&smallResult != 0 {
+		key := blobKey(role, id, blobResult)
+		n, err := s.blobSize(txn, key)
+		if err != nil {
+			return Delegation{}, err
+		}
+		if n > ListResultMax {
+			d.ResultLeftOut = true
+		} else if d.Result, err = s.getBlob(txn, key); err != nil {
+			return Delegation{}, err
+		}
 	}
 	return d, nil
+}
+
+// blobSize is how many bytes a blob takes, read from its reference when
+// it is in a segment or a file of its own; 0 for none.
+func (s *Store) blobSize(txn *wtxn, key []byte) (uint64, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: read %q: %w", key, err)
+	}
+	if item.UserMeta()&metaSegBlob != 0 {
+		var ref segRef
+		err := item.Value(func(b []byte) (err error) {
+			ref, _, err = decodeSegRef(b)
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("%q: %w", key, err)
+		}
+		return ref.size, nil
+	}
+	ref, isFile, err := itemFileRef(item)
+	if err != nil {
+		return 0, err
+	}
+	if isFile {
+		return ref.size, nil
+	}
+	return uint64(item.ValueSize()), nil
 }
 
 func getDelegationRecord(txn *wtxn, role Role, id protocol.DelegationID) (delegationRecord, error) {
@@ -489,7 +539,17 @@ type DelegationFilter struct {
 	Limit int
 	// Since, when set, keeps only delegations created at or after it.
 	Since time.Time
+	// Listing reads each delegation's record, and its Result only when
+	// that is stored in at most ListResultMax bytes (ResultLeftOut says
+	// when it is not), never its Offer: what a listing of many delegations
+	// shows, without reading the files of their large documents. Unset,
+	// every delegation comes with its Offer and Result.
+	Listing bool
 }
+
+// ListResultMax is the largest result a listing (DelegationFilter.Listing)
+// reads.
+const ListResultMax = 64 << 10
 
 func (f DelegationFilter) match(d Delegation) bool {
 	return (f.Role == nil || *f.Role == d.Role) &&
@@ -518,7 +578,11 @@ func (s *Store) ListDelegations(f DelegationFilter) ([]Delegation, error) {
 			if f.Role != nil && *f.Role != role {
 				return nil
 			}
-			d, err := s.getDelegation(txn, role, id, allBlobs)
+			blobs := allBlobs
+			if f.Listing {
+				blobs = smallResult
+			}
+			d, err := s.getDelegation(txn, role, id, blobs)
 			if err != nil {
 				return fmt.Errorf("store: index %q: %w", item.Key(), err)
 			}

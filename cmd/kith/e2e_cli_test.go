@@ -59,8 +59,40 @@ func TestE2EDelegateInputs(t *testing.T) {
 	if got, err := os.ReadFile(out); err != nil || string(got) != big {
 		t.Errorf("--output file: %d bytes (err %v), want exactly the %d-byte task", len(got), err, len(big))
 	}
-	if d := a.delegation(delegationID(t, r)); d.State.String() != "completed" {
-		t.Errorf("2 MiB delegation: state %s, want completed", d.State)
+	bigID := delegationID(t, r)
+	if d := a.delegation(bigID); d.State.String() != "completed" || d.Output != big {
+		t.Errorf("2 MiB delegation: state %s, output of %d bytes; want completed with the task", d.State, len(d.Output))
+	}
+
+	// A listing carries a small output, and leaves out one over 64 KiB
+	// (it read the records, not the files of large documents); tasks show
+	// has it whole (above).
+	r = a.kith(append(delegate, "tiny")...)
+	r.mustSucceed(t)
+	tinyID := delegationID(t, r)
+	r = a.kith("tasks", "ls", "--json")
+	r.mustSucceed(t)
+	var listed []api.Delegation
+	if err := json.Unmarshal([]byte(r.stdout), &listed); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, d := range listed {
+		switch d.ID {
+		case tinyID:
+			seen++
+			if d.Output != "tiny" || d.OutputOmitted {
+				t.Errorf("tasks ls: the small output listed as %q (omitted %v)", d.Output, d.OutputOmitted)
+			}
+		case bigID:
+			seen++
+			if d.Output != "" || !d.OutputOmitted {
+				t.Errorf("tasks ls: the 2 MiB output listed with %d bytes (omitted %v); want it left out", len(d.Output), d.OutputOmitted)
+			}
+		}
+	}
+	if seen != 2 || len(r.stdout) > 64<<10 {
+		t.Errorf("tasks ls --json: %d of the two delegations, %d bytes", seen, len(r.stdout))
 	}
 
 	huge := filepath.Join(dir, "huge")

@@ -123,21 +123,24 @@ type Usage struct {
 
 // Delegation is GET /delegations/{id} and one entry of GET /delegations.
 type Delegation struct {
-	ID        string    `json:"id"`
-	Role      Role      `json:"role"`
-	Profile   string    `json:"profile"`
-	State     State     `json:"state"`
-	Reason    string    `json:"reason,omitempty"`
-	Remote    bool      `json:"remote"`
-	Peer      string    `json:"peer,omitempty"`
-	Parent    string    `json:"parent,omitempty"`
-	ContextID string    `json:"context_id,omitempty"`
-	Budget    uint64    `json:"budget"`
-	Usage     Usage     `json:"usage"`
-	Output    string    `json:"output,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	Terminal  bool      `json:"terminal"`
+	ID        string `json:"id"`
+	Role      Role   `json:"role"`
+	Profile   string `json:"profile"`
+	State     State  `json:"state"`
+	Reason    string `json:"reason,omitempty"`
+	Remote    bool   `json:"remote"`
+	Peer      string `json:"peer,omitempty"`
+	Parent    string `json:"parent,omitempty"`
+	ContextID string `json:"context_id,omitempty"`
+	Budget    uint64 `json:"budget"`
+	Usage     Usage  `json:"usage"`
+	Output    string `json:"output,omitempty"`
+	// OutputOmitted: a listing (GET /delegations, /tree) left out an
+	// output larger than it carries (64 KiB); GET /delegations/{id} has it.
+	OutputOmitted bool      `json:"output_omitted,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	Terminal      bool      `json:"terminal"`
 	// Question is what a delegation in state input_required asks (on GET
 	// /delegations/{id} and a reply's answer); answer it with POST
 	// /delegations/{id}/reply. Turn is the turn it ends.

@@ -225,7 +225,9 @@ func (a *agent) ListTasks(_ context.Context, req *a2a.ListTasksRequest) (*a2a.Li
 		size = maxPageSize
 	}
 	role := store.RoleRequester
-	ds, err := a.g.cfg.Store.ListDelegations(store.DelegationFilter{Role: &role, Limit: maxListScan})
+	// The scan reads records; only the page's tasks are read whole, and
+	// only when the client wants their history or output.
+	ds, err := a.g.cfg.Store.ListDelegations(store.DelegationFilter{Role: &role, Limit: maxListScan, Listing: true})
 	if err != nil {
 		return nil, a2a.NewError(a2a.ErrInternalError, err.Error())
 	}
@@ -254,7 +256,15 @@ func (a *agent) ListTasks(_ context.Context, req *a2a.ListTasksRequest) (*a2a.Li
 	}
 	end := min(start+size, len(match))
 	resp := &a2a.ListTasksResponse{Tasks: []*a2a.Task{}, TotalSize: len(match), PageSize: size}
+	history := req.HistoryLength == nil || *req.HistoryLength > 0
 	for _, d := range match[start:end] {
+		if history || req.IncludeArtifacts {
+			whole, err := a.g.cfg.Store.GetDelegation(d.Role, d.ID)
+			if err != nil {
+				return nil, a2a.NewError(a2a.ErrInternalError, err.Error())
+			}
+			d = whole
+		}
 		t := a.task(d, req.HistoryLength)
 		if !req.IncludeArtifacts {
 			t.Artifacts = nil
