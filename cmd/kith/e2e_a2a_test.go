@@ -539,4 +539,15 @@ min_trust = "untrusted"
 	if state != a2a.TaskStateCompleted || got.String() != doc {
 		t.Fatalf("streamed %d bytes: ended %s with %d bytes of output in %d parts", len(doc), state, got.Len(), len(parts))
 	}
+
+	// Blocking, the answer to a message of megabytes carries the output,
+	// not the message back, unless the client asks for history.
+	res, err = c.SendMessage(ctx, &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart(doc))})
+	if err != nil {
+		t.Fatalf("SendMessage of %d bytes: %v", len(doc), err)
+	}
+	if task, ok = res.(*a2a.Task); !ok || task.Status.State != a2a.TaskStateCompleted || len(task.Artifacts) == 0 ||
+		task.Artifacts[0].Parts[0].Text() != doc || len(task.History) != 0 {
+		t.Fatalf("SendMessage of %d bytes: %T, want a completed task with the output and no history", len(doc), res)
+	}
 }

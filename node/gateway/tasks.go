@@ -153,7 +153,16 @@ func (a *agent) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a
 		reason, detail := splitReason(d.Reason)
 		return nil, rejectionError(taskID(d.ID), reason, detail)
 	}
-	return a.task(d, historyLength(req.Config)), nil
+	history := historyLength(req.Config)
+	if history == nil && len(d.Offer) > maxEventText {
+		// The client's own message, a document of megabytes, goes back
+		// only when it asks for history (historyLength); GetTask has it.
+		// Sent back unasked, it doubled what the answer carried, and the
+		// daemon's memory for it (docs/performance.md).
+		none := 0
+		history = &none
+	}
+	return a.task(d, history), nil
 }
 
 func (a *agent) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
