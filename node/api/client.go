@@ -161,6 +161,12 @@ func (c *Client) Verify(ctx context.Context, id string) (Proof, error) {
 	return p, c.do(ctx, http.MethodGet, "/delegations/"+url.PathEscape(id)+"/verify", nil, &p)
 }
 
+// maxEventLine is the longest event line Events reads: a status may
+// carry as much output as a task (MaxTaskBytes), each byte JSON-escaped
+// to at most six. A cap of 8 MiB failed `kith delegate` on a command that
+// streamed 10 MiB of output in one status.
+const maxEventLine = MaxDelegateBody
+
 // Events follows a delegation's event stream, calling fn for each event,
 // until the delegation is terminal, the stream ends or ctx is done.
 func (c *Client) Events(ctx context.Context, id string, fn func(Event)) error {
@@ -178,7 +184,7 @@ func (c *Client) Events(ctx context.Context, id string, fn func(Event)) error {
 		return fmt.Errorf("daemon answered %s", resp.Status)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	sc.Buffer(make([]byte, 64<<10), maxEventLine)
 	for sc.Scan() {
 		line := sc.Text()
 		data, ok := strings.CutPrefix(line, "data: ")
