@@ -16,8 +16,8 @@ import (
 // bodyBudget bounds the request bodies the HTTP listener reads at once.
 // One body may be as large as a task a delegation carries (api
 // max_body_bytes, 96 MiB by default), and a handler holds the whole of it
-// while it decodes it; the budget, twice that cap, keeps a burst of such
-// requests from taking the node's memory. A body of smallBody bytes or
+// while it decodes it; the budget, twice that cap, bounds how much of
+// such bodies a burst of requests has read at once. A body of smallBody bytes or
 // less takes nothing from it, so that everyday requests never wait on
 // large ones. A request that would take more than is left is refused with
 // 503 and Retry-After before its body is read; its share goes back once
