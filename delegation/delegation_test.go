@@ -174,12 +174,7 @@ func TestLoopDetected(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, block := slowPair(t)
 	ctx := context.Background()
 	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
 	if err != nil {
@@ -200,12 +195,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestTimeoutExpires(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, _ := slowPair(t)
 	d := delegateAndWait(t, a, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 300 * time.Millisecond})
 	if d.State != protocol.StateExpired {
 		t.Fatalf("state %s (%s), want expired", d.State, d.Reason)
@@ -300,12 +290,7 @@ func TestMatchOutput(t *testing.T) {
 }
 
 func TestReattachAfterDroppedStream(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, block := slowPair(t)
 	ctx := context.Background()
 	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 30 * time.Second})
 	if err != nil {
@@ -330,12 +315,7 @@ func TestReattachAfterDroppedStream(t *testing.T) {
 }
 
 func TestProviderRestartFailsInFlight(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, block := slowPair(t)
 	ctx := context.Background()
 	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 30 * time.Second})
 	if err != nil {
@@ -367,12 +347,7 @@ func TestProviderRestartFailsInFlight(t *testing.T) {
 // nothing; the requester offers the task again and the restarted provider
 // runs it from the start.
 func TestProviderCrashBeforeAcceptRunsAgain(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, block := slowPair(t)
 	b.engine().SetOpenDelay(time.Hour) // the task stays unstored until it ends
 	ctx := context.Background()
 	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10, Timeout: 30 * time.Second})
@@ -400,12 +375,7 @@ func TestProviderCrashBeforeAcceptRunsAgain(t *testing.T) {
 // provider stores the running task then and answers for it, instead of
 // taking the offer as new and running it a second time.
 func TestRequesterBackWhileTaskUnstoredRunsItOnce(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, block := slowPair(t)
 	b.engine().SetOpenDelay(time.Hour) // the task stays unstored until it ends or is asked for
 	id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("z"), BudgetTokens: 10, Timeout: 30 * time.Second})
 	if err != nil {
@@ -434,12 +404,7 @@ func TestRequesterBackWhileTaskUnstoredRunsItOnce(t *testing.T) {
 }
 
 func TestRequesterRestartCollectsResult(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(i int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, block := slowPair(t)
 	id, err := a.engine().Delegate(context.Background(), Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("y"), BudgetTokens: 10, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -237,6 +237,18 @@ func (b *blockingHandler) handle(ctx context.Context, task executor.Task, emit f
 
 func (b *blockingHandler) Release() { b.once.Do(func() { close(b.release) }) }
 
+// slowPair starts two nodes that offer a "slow" profile whose tasks run
+// block's handler until it is released (at the test's end at the latest).
+func slowPair(t *testing.T) (a, b *testNode, block *blockingHandler) {
+	t.Helper()
+	block = newBlocking()
+	t.Cleanup(block.Release)
+	nodes := newMesh(t, 2, func(_ int, c *Config) {
+		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 100}, Executor: executor.HandlerFunc(block.handle)})
+	})
+	return nodes[0], nodes[1], block
+}
+
 func waitStarted(t *testing.T, b *blockingHandler) {
 	t.Helper()
 	select {

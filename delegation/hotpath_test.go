@@ -592,12 +592,7 @@ func TestPartsText(t *testing.T) {
 // that prints a line and then works for minutes had its line held all
 // that time.
 func TestHeldOutputStreams(t *testing.T) {
-	block := newBlocking()
-	t.Cleanup(block.Release)
-	nodes := newMesh(t, 2, func(_ int, c *Config) {
-		c.Profiles = append(c.Profiles, Profile{Profile: protocol.Profile{Name: "slow", MaxBudgetTokens: 1000}, Executor: executor.HandlerFunc(block.handle)})
-	})
-	a, b := nodes[0], nodes[1]
+	a, b, block := slowPair(t)
 	ctx := context.Background()
 	id, err := a.engine().Delegate(ctx, Request{Profile: "slow", Peer: b.id.PeerID(), Task: textTask("x"), BudgetTokens: 10})
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/kithmesh/kith/protocol"
+	"github.com/kithmesh/kith/node/api"
 )
 
 // API is the [api] table: the HTTP listener that serves the REST API (the
@@ -45,9 +45,8 @@ type API struct {
 const DefaultMaxBodyBytes = 96 << 20
 
 // MaxMaxBodyBytes is the largest API.MaxBodyBytes: the unix socket's own
-// cap on a delegation request (a task of protocol.MaxPayload bytes, each
-// JSON-escaped to six, and 1 MiB for the rest).
-const MaxMaxBodyBytes = 6*protocol.MaxPayload + 1<<20
+// cap on a delegation request (api.MaxDelegateBody).
+const MaxMaxBodyBytes = api.MaxDelegateBody
 
 // Enabled reports whether the HTTP listener is configured.
 func (a API) Enabled() bool { return a.Listen != "" }
